@@ -1,0 +1,83 @@
+// Python bindings: the Options and Backend classes, as subclasses of torch's own pybind types
+// so c10d accepts them wherever it takes a Backend or Backend.Options.
+#include <pybind11/chrono.h>
+#include <torch/python.h>
+
+#include <dummy_collectives/backend.hpp>
+#include <dummy_collectives/reduce_kernel.hpp>
+#include <dummy_collectives/shm_segment.hpp>
+
+namespace py = pybind11;
+using dummy_collectives::BackendOptions;
+using dummy_collectives::DummyBackend;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "dummy_collectives: a c10d backend over shared memory";
+  // Registers torch's pybind types (Store, Backend, Backend.Options) that ours derive from.
+  py::module_::import("torch.distributed");
+
+  py::class_<BackendOptions, c10d::Backend::Options, c10::intrusive_ptr<BackendOptions>>(
+      m, "Options", "Options of a dummy process group; defaults come from DUMMY_COLLECTIVES_*.")
+      .def(
+          py::init([](std::optional<std::string> mode,
+                      std::optional<size_t> bufferBytes,
+                      std::optional<size_t> oneShotMaxBytes,
+                      std::optional<long> spinUs) {
+            auto options = c10::make_intrusive<BackendOptions>();
+            if (mode) {
+              options->mode = dummy_collectives::parseMode(*mode);
+            }
+            if (bufferBytes) {
+              TORCH_CHECK_VALUE(*bufferBytes >= 4096, "buffer_bytes must be at least 4096");
+              options->bufferBytes = *bufferBytes;
+            }
+            if (oneShotMaxBytes) {
+              options->oneShotMaxBytes = *oneShotMaxBytes;
+            }
+            if (spinUs) {
+              options->spinMicros = *spinUs;
+            }
+            return options;
+          }),
+          py::kw_only(),
+          py::arg("mode") = py::none(),
+          py::arg("buffer_bytes") = py::none(),
+          py::arg("one_shot_max_bytes") = py::none(),
+          py::arg("spin_us") = py::none())
+      .def_property(
+          "mode",
+          [](const BackendOptions& o) { return dummy_collectives::modeName(o.mode); },
+          [](BackendOptions& o, const std::string& mode) {
+            o.mode = dummy_collectives::parseMode(mode);
+          })
+      .def_readwrite("buffer_bytes", &BackendOptions::bufferBytes)
+      .def_readwrite("one_shot_max_bytes", &BackendOptions::oneShotMaxBytes)
+      .def_readwrite("spin_us", &BackendOptions::spinMicros);
+
+  py::class_<DummyBackend, c10d::Backend, c10::intrusive_ptr<DummyBackend>>(m, "DummyBackend")
+      .def(
+          py::init([](const c10::intrusive_ptr<c10d::Store>& store,
+                      int rank,
+                      int size,
+                      std::chrono::milliseconds timeout,
+                      const c10::intrusive_ptr<BackendOptions>& options) {
+            // A private copy: the group's timeout must not leak into the caller's options.
+            auto own = c10::make_intrusive<BackendOptions>(*options);
+            own->timeout = timeout;
+            return c10::make_intrusive<DummyBackend>(store, rank, size, own);
+          }),
+          py::arg("store"),
+          py::arg("rank"),
+          py::arg("size"),
+          py::arg("timeout"),
+          py::arg("options"),
+          py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly(
+          "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); });
+
+  m.def(
+      "reduce_capability",
+      &dummy_collectives::reduceCapability,
+      "The instruction set the reduction kernels use on this CPU.");
+  m.attr("SHM_NAME_PREFIX") = std::string(dummy_collectives::ShmSegment::kNamePrefix).substr(1);
+}

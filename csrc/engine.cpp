@@ -1,0 +1,109 @@
+#include <dummy_collectives/engine.hpp>
+
+#include <dummy_collectives/work.hpp>
+
+namespace dummy_collectives {
+
+using std::chrono::steady_clock;
+
+Engine::Engine(Timing timing) : timing_(timing), lastActive_(steady_clock::now()) {
+  worker_ = std::thread([this] { workerLoop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void Engine::enqueue(c10::intrusive_ptr<DummyWork> work) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(work));
+    // A parked worker sleeps without a timeout and must be woken; an active one polls. Several
+    // collectives in flight means an asynchronous caller: run them without the grace period.
+    wake = parked_ || queue_.size() > 1;
+    expedite_ = expedite_ || queue_.size() > 1;
+  }
+  if (wake) {
+    cv_.notify_one();
+  }
+}
+
+void Engine::expedite() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) {
+      return;
+    }
+    expedite_ = true;
+  }
+  cv_.notify_one();
+}
+
+c10::intrusive_ptr<DummyWork> Engine::pop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.empty()) {
+    expedite_ = false;
+    lastActive_ = steady_clock::now();
+    return {};
+  }
+  auto work = std::move(queue_.front());
+  queue_.pop_front();
+  return work;
+}
+
+void Engine::drain() {
+  std::lock_guard<std::mutex> exec(execMu_);
+  while (auto work = pop()) {
+    work->execute();
+  }
+}
+
+void Engine::runUntil(const DummyWork& work) {
+  std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
+  if (!exec.owns_lock()) {
+    return; // the worker is running the queue; the caller blocks on the Work instead
+  }
+  while (!work.done()) {
+    auto next = pop();
+    if (!next) {
+      return;
+    }
+    next->execute();
+  }
+}
+
+void Engine::workerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    const auto now = steady_clock::now();
+    if (queue_.empty()) {
+      if (stopping_) {
+        return;
+      }
+      if (now - lastActive_ > timing_.active) {
+        parked_ = true;
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        parked_ = false;
+      } else {
+        cv_.wait_for(lock, timing_.poll);
+      }
+      continue;
+    }
+    const auto due = queue_.front()->enqueuedAt() + timing_.grace;
+    if (!stopping_ && !expedite_ && now < due) {
+      cv_.wait_until(lock, due);
+      continue;
+    }
+    lock.unlock();
+    drain();
+    lock.lock();
+  }
+}
+
+} // namespace dummy_collectives

@@ -1,0 +1,73 @@
+#include <dummy_collectives/op_descriptor.hpp>
+
+#include <c10/core/ScalarType.h>
+#include <c10/util/StringUtil.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+namespace dummy_collectives {
+namespace {
+
+const char* reduceOpName(int32_t op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM:
+      return "SUM";
+    case c10d::ReduceOp::AVG:
+      return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "MIN";
+    case c10d::ReduceOp::MAX:
+      return "MAX";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "?";
+  }
+}
+
+} // namespace
+
+const char* collectiveName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllreduce:
+      return "allreduce";
+    case CollectiveKind::kAllgather:
+      return "allgather";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kBarrier:
+      return "barrier";
+    case CollectiveKind::kAllgatherBase:
+      return "_allgather_base";
+  }
+  return "unknown collective";
+}
+
+bool OpDescriptor::operator==(const OpDescriptor& other) const {
+  return seq == other.seq && kind == other.kind && dtype == other.dtype && numel == other.numel &&
+      root == other.root && reduceOp == other.reduceOp;
+}
+
+std::string OpDescriptor::describe() const {
+  std::string text = c10::str(collectiveName(kind), " #", seq);
+  if (dtype >= 0) {
+    text += c10::str(
+        " of ", numel, " ", c10::toString(static_cast<c10::ScalarType>(dtype)), " elements");
+  }
+  if (reduceOp >= 0) {
+    text += c10::str(" with ", reduceOpName(reduceOp));
+  }
+  if (root >= 0) {
+    text += c10::str(" from root ", root);
+  }
+  return text;
+}
+
+} // namespace dummy_collectives

@@ -1,0 +1,68 @@
+#include <dummy_collectives/options.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include <c10/util/Exception.h>
+
+namespace dummy_collectives {
+namespace {
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return (value != nullptr && *value != '\0') ? value : nullptr;
+}
+
+long long envInteger(const char* name, long long fallback, long long minimum) {
+  const char* text = env(name);
+  if (text == nullptr) {
+    return fallback;
+  }
+  char* end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  // Accept a binary suffix for sizes: 4M, 256K.
+  if (end != nullptr && (*end == 'K' || *end == 'k')) {
+    value <<= 10, ++end;
+  } else if (end != nullptr && (*end == 'M' || *end == 'm')) {
+    value <<= 20, ++end;
+  }
+  TORCH_CHECK_VALUE(
+      end != text && end != nullptr && *end == '\0' && value >= minimum,
+      "dummy_collectives: environment variable ",
+      name,
+      "='",
+      text,
+      "' is not an integer >= ",
+      minimum);
+  return value;
+}
+
+} // namespace
+
+Mode parseMode(const std::string& text) {
+  if (text == "real") {
+    return Mode::kReal;
+  }
+  if (text == "zero") {
+    return Mode::kZero;
+  }
+  TORCH_CHECK_VALUE(
+      false, "dummy_collectives: mode must be 'real' or 'zero', got '", text, "'");
+}
+
+std::string modeName(Mode mode) {
+  return mode == Mode::kZero ? "zero" : "real";
+}
+
+BackendOptions::BackendOptions() : c10d::Backend::Options("dummy") {
+  if (const char* text = env("DUMMY_COLLECTIVES_MODE")) {
+    mode = parseMode(text);
+  }
+  bufferBytes = static_cast<size_t>(
+      envInteger("DUMMY_COLLECTIVES_BUFFER_BYTES", static_cast<long long>(bufferBytes), 4096));
+  oneShotMaxBytes = static_cast<size_t>(envInteger(
+      "DUMMY_COLLECTIVES_ONE_SHOT_MAX_BYTES", static_cast<long long>(oneShotMaxBytes), 0));
+  spinMicros = static_cast<long>(envInteger("DUMMY_COLLECTIVES_SPIN_US", spinMicros, -1));
+}
+
+} // namespace dummy_collectives

@@ -1,0 +1,370 @@
+#include <dummy_collectives/shm_transport.hpp>
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
+
+namespace dummy_collectives {
+
+// Shared-memory layout: ControlBlock, then one RankControl per rank, then the data slots
+// (rank r, buffer b at data + (2r + b) * slotBytes). Everything a rank writes often sits on
+// its own 128-byte line (two cache lines: x86 prefetches pairs), so ranks never false-share.
+constexpr uint64_t kMagic = 0x6475'6d6d'795f'6363ULL; // "dummy_cc"
+constexpr size_t kLine = 128;
+constexpr size_t kReasonBytes = 1024;
+
+struct alignas(kLine) RankControl {
+  // Steps this rank has published. Futex waits use its low 32 bits (little-endian first word).
+  std::atomic<uint64_t> published;
+  char pad[kLine - sizeof(std::atomic<uint64_t>)];
+  // Written once at connect, read by peers' liveness checks.
+  int32_t pid;
+  uint64_t pidNamespace;
+  // The collective whose first step is step s lives in desc[s % 2]; a rank rewrites a slot only
+  // after every rank has gone two steps past the reads of it (the same rule as the data slots).
+  OpDescriptor desc[2];
+};
+
+struct alignas(kLine) ControlBlock {
+  uint64_t magic;
+  int32_t worldSize;
+  uint64_t slotBytes;
+  std::atomic<int32_t> mapped;     // ranks that have mapped the segment so far
+  std::atomic<uint32_t> sleepers;  // ranks asleep in a futex wait: publishers wake only then
+  std::atomic<uint32_t> aborted;   // 0 running, 1 being aborted, 2 aborted (reason readable)
+  char abortReason[kReasonBytes];
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
+
+namespace {
+
+constexpr const char* kStoreKey = "dummy_collectives/shm";
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+uint32_t* futexWord(std::atomic<uint64_t>& counter) {
+  static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
+  // The low half of a little-endian 64-bit counter; the futex value check only needs equality.
+  return reinterpret_cast<uint32_t*>(&counter);
+}
+
+void futexWait(uint32_t* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+  struct timespec ts {};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  // Shared (not FUTEX_PRIVATE) because waiter and waker are different processes.
+  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futexWakeAll(uint32_t* word) {
+  ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+uint64_t pidNamespaceId() {
+  struct stat info {};
+  return ::stat("/proc/self/ns/pid", &info) == 0 ? static_cast<uint64_t>(info.st_ino) : 0;
+}
+
+// A peer whose pid is gone, or a zombie waiting to be reaped, is dead.
+bool processAlive(int32_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) {
+    return false;
+  }
+  std::ifstream stat(c10::str("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) {
+    return !text.empty() || !stat.fail();
+  }
+  char state = text[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
+    return std::max(1, CPU_COUNT(&set));
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+size_t roundUp(size_t value, size_t to) {
+  return (value + to - 1) / to * to;
+}
+
+size_t controlBytes(int size) {
+  return roundUp(sizeof(ControlBlock) + sizeof(RankControl) * static_cast<size_t>(size), 4096);
+}
+
+} // namespace
+
+WaitPolicy WaitPolicy::forGroup(int worldSize, long spinMicros) {
+  WaitPolicy policy;
+  if (spinMicros >= 0) {
+    policy.spin = std::chrono::microseconds(spinMicros);
+  } else if (worldSize > usableCores()) {
+    // Oversubscribed: the rank we wait for needs this core; hand it over almost at once.
+    policy.spin = std::chrono::microseconds(2);
+  }
+  return policy;
+}
+
+size_t ShmTransport::segmentBytes(int size, size_t slotBytes) {
+  return controlBytes(size) + static_cast<size_t>(size) * 2 * slotBytes;
+}
+
+ShmTransport::ShmTransport(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    int rank,
+    int size,
+    size_t slotBytes,
+    WaitPolicy policy)
+    : rank_(rank),
+      size_(size),
+      slotBytes_(roundUp(slotBytes, kLine)),
+      policy_(policy),
+      peerVisible_(static_cast<size_t>(size), false) {
+  const size_t bytes = segmentBytes(size, slotBytes_);
+  if (rank == 0) {
+    segment_ = ShmSegment::create(bytes);
+    ctl_ = new (segment_.data()) ControlBlock();
+    ctl_->magic = kMagic;
+    ctl_->worldSize = size;
+    ctl_->slotBytes = slotBytes_;
+    for (int r = 0; r < size; ++r) {
+      new (&control(r)) RankControl();
+    }
+    std::string value = c10::str(segment_.name(), " ", slotBytes_);
+    store->set(kStoreKey, std::vector<uint8_t>(value.begin(), value.end()));
+  } else {
+    std::vector<uint8_t> raw = store->get(kStoreKey);
+    std::istringstream value(std::string(raw.begin(), raw.end()));
+    std::string name;
+    size_t rootSlotBytes = 0;
+    value >> name >> rootSlotBytes;
+    TORCH_CHECK_VALUE(
+        rootSlotBytes == slotBytes_,
+        "dummy_collectives: ranks disagree on the buffer size (DUMMY_COLLECTIVES_BUFFER_BYTES or "
+        "pg_options.buffer_bytes): rank 0 uses ",
+        rootSlotBytes,
+        " bytes, rank ",
+        rank,
+        " uses ",
+        slotBytes_);
+    segment_ = ShmSegment::open(name, bytes);
+    ctl_ = static_cast<ControlBlock*>(segment_.data());
+    TORCH_CHECK(
+        ctl_->magic == kMagic && ctl_->worldSize == size,
+        "dummy_collectives: shared memory ",
+        name,
+        " does not belong to this group of ",
+        size,
+        " ranks");
+  }
+  data_ = static_cast<std::byte*>(segment_.data()) + controlBytes(size);
+  RankControl& mine = control(rank_);
+  mine.pid = static_cast<int32_t>(::getpid());
+  mine.pidNamespace = pidNamespaceId();
+  // The last rank to map the segment removes its name: from here on nothing can leak.
+  if (ctl_->mapped.fetch_add(1) + 1 == size) {
+    segment_.unlink();
+  }
+}
+
+ShmTransport::~ShmTransport() = default;
+
+RankControl& ShmTransport::control(int r) const {
+  auto* ranks = reinterpret_cast<RankControl*>(reinterpret_cast<std::byte*>(ctl_) + sizeof(ControlBlock));
+  return ranks[r];
+}
+
+std::byte* ShmTransport::slot(int r, uint64_t step) const {
+  return data_ + (static_cast<size_t>(r) * 2 + (step & 1)) * slotBytes_;
+}
+
+std::string ShmTransport::opContext() const {
+  return c10::str("dummy ", op_.describe(), " on rank ", rank_);
+}
+
+void ShmTransport::fail(const std::string& what) {
+  std::string message = c10::str(opContext(), ": ", what);
+  abort(message);
+  C10_THROW_ERROR(DistBackendError, message);
+}
+
+void ShmTransport::abort(const std::string& reason) {
+  uint32_t expected = 0;
+  if (ctl_->aborted.compare_exchange_strong(expected, 1)) {
+    size_t n = std::min(reason.size(), kReasonBytes - 1);
+    std::memcpy(ctl_->abortReason, reason.data(), n);
+    ctl_->abortReason[n] = '\0';
+    ctl_->aborted.store(2);
+  }
+  for (int r = 0; r < size_; ++r) {
+    futexWakeAll(futexWord(control(r).published));
+  }
+}
+
+void ShmTransport::beginOp(const OpDescriptor& op, Clock::time_point deadline) {
+  op_ = op;
+  deadline_ = deadline;
+  opStart_ = Clock::now();
+  opFirstStep_ = nextStep_;
+  if (ctl_->aborted.load(std::memory_order_acquire) != 0) {
+    while (ctl_->aborted.load(std::memory_order_acquire) != 2) {
+      cpuRelax();
+    }
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(opContext(), ": the group was aborted earlier (", ctl_->abortReason, ")"));
+  }
+  control(rank_).desc[nextStep_ & 1] = op;
+}
+
+void* ShmTransport::writeSlot() {
+  return slot(rank_, nextStep_);
+}
+
+const void* ShmTransport::readSlot(int r) const {
+  return slot(r, nextStep_ - 1);
+}
+
+void ShmTransport::exchange() {
+  const uint64_t step = nextStep_;
+  std::atomic<uint64_t>& published = control(rank_).published;
+  // seq_cst pairs with the waiters' sleepers increment: either they see this step or we see them.
+  published.store(step + 1, std::memory_order_seq_cst);
+  if (ctl_->sleepers.load(std::memory_order_seq_cst) != 0) {
+    futexWakeAll(futexWord(published));
+  }
+  waitAll(step);
+  if (step == opFirstStep_) {
+    checkDescriptors(step);
+  }
+  nextStep_ = step + 1;
+}
+
+void ShmTransport::waitAll(uint64_t step) {
+  const uint64_t target = step + 1;
+  const auto start = Clock::now();
+  auto nextCheck = start + policy_.livenessPeriod;
+  for (int r = 0; r < size_; ++r) {
+    std::atomic<uint64_t>& word = control(r).published;
+    uint64_t seen = word.load(std::memory_order_acquire);
+    for (uint32_t spins = 0; seen < target; seen = word.load(std::memory_order_acquire)) {
+      if (ctl_->aborted.load(std::memory_order_relaxed) != 0) {
+        while (ctl_->aborted.load(std::memory_order_acquire) != 2) {
+          cpuRelax();
+        }
+        C10_THROW_ERROR(
+            DistBackendError,
+            c10::str(opContext(), ": the group was aborted (", ctl_->abortReason, ")"));
+      }
+      // Reading the clock costs ~20 ns; amortise it over a few pause instructions.
+      if ((++spins & 15) != 0) {
+        cpuRelax();
+        continue;
+      }
+      const auto now = Clock::now();
+      if (now >= nextCheck) {
+        checkPeers(step);
+        nextCheck = now + policy_.livenessPeriod;
+      }
+      const auto waited = now - start;
+      if (waited < policy_.spin) {
+        cpuRelax();
+      } else if (waited < policy_.spin + policy_.yield) {
+        std::this_thread::yield();
+      } else {
+        ctl_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+        seen = word.load(std::memory_order_seq_cst);
+        if (seen < target) {
+          futexWait(
+              futexWord(word), static_cast<uint32_t>(seen), std::chrono::milliseconds(10));
+        }
+        ctl_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      }
+    }
+  }
+}
+
+void ShmTransport::checkPeers(uint64_t step) {
+  const uint64_t target = step + 1;
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (control(r).published.load(std::memory_order_acquire) < target) {
+      missing.push_back(r);
+    }
+  }
+  for (int r : missing) {
+    const RankControl& peer = control(r);
+    // A pid means something only in our pid namespace; elsewhere only the timeout can tell.
+    if (peer.pid > 0 && peer.pidNamespace == control(rank_).pidNamespace &&
+        !processAlive(peer.pid)) {
+      fail(c10::str("rank ", r, " (pid ", peer.pid, ") has died; the group is unusable"));
+    }
+  }
+  if (Clock::now() >= deadline_) {
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - opStart_).count();
+    fail(c10::str(
+        "timed out after ",
+        waited,
+        " ms (the group timeout)",
+        " waiting for ranks ",
+        c10::Join(", ", missing),
+        " to arrive (step ",
+        step - opFirstStep_ + 1,
+        " of the collective); a rank that never calls it, or calls collectives in a different "
+        "order, causes this"));
+  }
+}
+
+void ShmTransport::checkDescriptors(uint64_t step) const {
+  bool same = true;
+  for (int r = 0; r < size_ && same; ++r) {
+    same = control(r).desc[step & 1] == op_;
+  }
+  if (same) {
+    return;
+  }
+  std::string calls;
+  for (int r = 0; r < size_; ++r) {
+    calls += c10::str("\n  rank ", r, ": ", control(r).desc[step & 1].describe());
+  }
+  // Every rank sees the same descriptors, so every rank raises here, after the same number of
+  // steps: the group stays consistent and usable.
+  C10_THROW_ERROR(
+      DistBackendError,
+      c10::str(
+          "dummy_collectives: ranks called different collectives (seen on rank ",
+          rank_,
+          "); no data was exchanged:",
+          calls));
+}
+
+} // namespace dummy_collectives

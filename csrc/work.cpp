@@ -1,0 +1,134 @@
+#include <dummy_collectives/work.hpp>
+
+#include <thread>
+
+#include <ATen/core/jit_type.h>
+
+#include <dummy_collectives/engine.hpp>
+
+namespace dummy_collectives {
+namespace {
+
+std::vector<c10::Device> devicesOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<c10::Device> devices;
+  for (const auto& tensor : tensors) {
+    if (!tensor.device().is_cpu() &&
+        std::find(devices.begin(), devices.end(), tensor.device()) == devices.end()) {
+      devices.push_back(tensor.device());
+    }
+  }
+  return devices;
+}
+
+} // namespace
+
+DummyWork::DummyWork(
+    int rank,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor> outputs,
+    uint64_t seq,
+    Body body,
+    std::weak_ptr<Engine> engine)
+    : c10d::Work(rank, opType, profilingTitle, inputs),
+      outputs_(std::move(outputs)),
+      seq_(seq),
+      body_(std::move(body)),
+      engine_(std::move(engine)),
+      enqueuedAt_(std::chrono::steady_clock::now()) {}
+
+DummyWork::~DummyWork() = default;
+
+c10::intrusive_ptr<DummyWork> DummyWork::completed(
+    int rank,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    std::vector<at::Tensor> outputs) {
+  auto work = c10::make_intrusive<DummyWork>(
+      rank, opType, profilingTitle, outputs, outputs, 0, nullptr, std::weak_ptr<Engine>());
+  work->execute();
+  return work;
+}
+
+void DummyWork::execute() noexcept {
+  std::exception_ptr error;
+  if (body_) {
+    try {
+      body_();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    body_ = nullptr; // drop the tensors and state the body captured
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    // Under the lock: getFuture() either made its future before this (we complete it) or sees
+    // done_ (it completes the future itself).
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = error;
+    done_.store(true, std::memory_order_release);
+    future = future_;
+  }
+  finish(error);
+  if (future) {
+    completeFuture(future);
+  }
+}
+
+void DummyWork::completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future) const {
+  if (error_) {
+    future->setError(error_);
+  } else {
+    future->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+bool DummyWork::isCompleted() {
+  return done();
+}
+
+bool DummyWork::wait(std::chrono::milliseconds timeout) {
+  if (!done()) {
+    if (auto engine = engine_.lock()) {
+      engine->runUntil(*this);
+    }
+    // Another thread runs it: a short polite spin catches the common quick finish without a
+    // sleep and wake-up; Work::wait then blocks on the condition variable.
+    for (int i = 0; i < 64 && !done(); ++i) {
+      std::this_thread::yield();
+    }
+  }
+  return c10d::Work::wait(timeout);
+}
+
+void DummyWork::synchronize() {
+  // Device outputs were copied back synchronously before completion: nothing to order.
+}
+
+std::vector<at::Tensor> DummyWork::result() {
+  return outputs_;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> DummyWork::getFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  bool finished = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()), devicesOf(outputs_));
+      finished = done_.load(std::memory_order_acquire);
+    }
+    future = future_;
+  }
+  if (finished) {
+    completeFuture(future);
+  } else if (auto engine = engine_.lock()) {
+    // Whoever holds a future may never call wait(): make sure the worker gets to it now.
+    engine->expedite();
+  }
+  return future;
+}
+
+} // namespace dummy_collectives

@@ -1,0 +1,18 @@
+"""dummy_collectives: a c10d process-group backend over shared memory.
+
+Importing this package registers the backend name ``"dummy"`` with ``torch.distributed`` (for
+CPU and CUDA tensors), so ``init_process_group("dummy")`` or
+``init_process_group("cpu:gloo,cuda:dummy")`` work as with any built-in backend.
+"""
+
+from __future__ import annotations
+
+import torch  # noqa: F401  (loads libtorch, which the extension links against)
+import torch.distributed  # noqa: F401  (registers the c10d types the extension derives from)
+
+from dummy_collectives._C import DummyBackend, Options, reduce_capability
+from dummy_collectives._registration import BACKEND_NAME, register
+
+__all__ = ["BACKEND_NAME", "DummyBackend", "Options", "reduce_capability", "register"]
+
+register()

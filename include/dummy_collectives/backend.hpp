@@ -1,0 +1,84 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <dummy_collectives/op_descriptor.hpp>
+#include <dummy_collectives/options.hpp>
+#include <dummy_collectives/transport.hpp>
+
+namespace dummy_collectives {
+
+class Engine;
+
+// The c10d face: validates arguments on the caller's thread (bad input never reaches the
+// wire), describes each collective as an OpDescriptor, and hands it to the engine.
+class DummyBackend final : public c10d::Backend {
+ public:
+  DummyBackend(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      c10::intrusive_ptr<BackendOptions> options);
+  ~DummyBackend() override;
+
+  const std::string getBackendName() const override {
+    return "dummy";
+  }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
+    return options_;
+  }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    options_->timeout = timeout;
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+
+  Mode mode() const {
+    return options_->mode;
+  }
+
+ private:
+  // A collective's work on the engine thread, given the transport.
+  using Algorithm = std::function<void(Transport&)>;
+
+  c10::intrusive_ptr<c10d::Work> submit(
+      OpDescriptor op,
+      c10d::OpType opType,
+      const char* profilingTitle,
+      const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor> outputs,
+      std::chrono::milliseconds timeout,
+      Algorithm algorithm);
+  // Zero mode: the tutorial's semantics, done on the spot.
+  c10::intrusive_ptr<c10d::Work> zeroed(
+      c10d::OpType opType,
+      const char* profilingTitle,
+      std::vector<at::Tensor> outputs);
+
+  c10::intrusive_ptr<BackendOptions> options_;
+  std::shared_ptr<Transport> transport_; // null in zero mode
+  std::shared_ptr<Engine> engine_;
+  uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
+};
+
+} // namespace dummy_collectives

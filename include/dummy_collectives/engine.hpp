@@ -1,0 +1,63 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <c10/util/intrusive_ptr.h>
+
+namespace dummy_collectives {
+
+class DummyWork;
+
+// Runs a backend's collectives one at a time, in issue order (every rank issues its collectives
+// in the same order, so every rank runs them in the same order).
+//
+// Two kinds of thread run them. A thread that waits on a Work runs the queue itself up to that
+// Work (a blocking collective then costs no thread hand-off, which is most of the small-message
+// latency budget). The engine's own worker thread runs whatever nobody waits on: it leaves a
+// just-issued collective alone for a short grace period, in which a synchronous caller's wait()
+// claims it, so a tight loop of blocking collectives never wakes the worker.
+class Engine {
+ public:
+  struct Timing {
+    std::chrono::microseconds grace{50};      // how long the worker leaves a new op to wait()
+    std::chrono::microseconds poll{1000};     // the worker's poll period while recently active
+    std::chrono::milliseconds active{20};     // idle time after which the worker parks
+  };
+
+  explicit Engine(Timing timing);
+  ~Engine(); // runs what is queued, then stops the worker
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void enqueue(c10::intrusive_ptr<DummyWork> work);
+
+  // Asks the worker to run queued work now rather than after the grace period: somebody
+  // (a future callback, DDP) depends on progress without calling wait().
+  void expedite();
+
+  // Runs queued work on the calling thread until `work` has run; if another thread is running
+  // the queue, returns at once (the caller then blocks on the Work).
+  void runUntil(const DummyWork& work);
+
+ private:
+  c10::intrusive_ptr<DummyWork> pop();
+  void drain();
+  void workerLoop();
+
+  Timing timing_;
+  std::mutex mu_;                 // guards the fields below
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<DummyWork>> queue_;
+  bool stopping_ = false;
+  bool parked_ = false;
+  bool expedite_ = false;
+  std::chrono::steady_clock::time_point lastActive_;
+  std::mutex execMu_;             // held by whichever thread is running the queue
+  std::thread worker_;
+};
+
+} // namespace dummy_collectives

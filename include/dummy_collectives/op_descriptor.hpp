@@ -1,0 +1,39 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace dummy_collectives {
+
+enum class CollectiveKind : uint32_t {
+  kAllreduce = 1,
+  kAllgather,
+  kBroadcast,
+  kBarrier,
+  kAllgatherBase,
+};
+
+const char* collectiveName(CollectiveKind kind);
+
+// What one rank asked for, published in shared memory with the first step of every collective.
+// Ranks compare descriptors before touching data, so mismatched calls fail on every rank with a
+// message describing each rank's call, instead of hanging or mixing unrelated buffers.
+struct OpDescriptor {
+  uint64_t seq = 0;      // per-group sequence number of the collective (1-based)
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  int32_t dtype = -1;    // c10::ScalarType, -1 where the op carries no data
+  int64_t numel = 0;     // elements this rank contributes
+  int32_t root = -1;     // root rank, -1 where the op has none
+  int32_t reduceOp = -1; // c10d::ReduceOp::RedOpType, -1 where the op does not reduce
+
+  bool operator==(const OpDescriptor& other) const;
+  bool operator!=(const OpDescriptor& other) const {
+    return !(*this == other);
+  }
+  std::string describe() const;
+};
+
+static_assert(std::is_trivially_copyable_v<OpDescriptor>, "lives in shared memory");
+
+} // namespace dummy_collectives

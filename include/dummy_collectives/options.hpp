@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+namespace dummy_collectives {
+
+// What the backend does with a collective.
+enum class Mode {
+  kReal,  // really communicate (the default)
+  kZero,  // the PyTorch tutorial's behaviour: zero the outputs, move nothing
+};
+
+Mode parseMode(const std::string& text);
+std::string modeName(Mode mode);
+
+// Backend options, the PyTorch way: a c10d::Backend::Options subclass that Python passes as
+// `pg_options`. A default-constructed instance takes its values from the DUMMY_COLLECTIVES_*
+// environment variables, read once here, so the environment and pg_options cannot disagree later.
+struct BackendOptions : c10d::Backend::Options {
+  BackendOptions();
+
+  Mode mode = Mode::kReal;
+  // Bytes of one rank's shared-memory slot for one pipeline stage; each rank has two (double
+  // buffering). Any message size streams through these, so this bounds memory, not message size.
+  size_t bufferBytes = size_t{1} << 20;
+  // Allreduces up to this many bytes use the one-shot algorithm (every rank reduces every slot);
+  // larger ones reduce-scatter then all-gather through the slots.
+  size_t oneShotMaxBytes = size_t{64} << 10;
+  // How long a waiting rank busy-polls before yielding and then sleeping. -1: choose from the
+  // number of ranks and usable cores.
+  long spinMicros = -1;
+};
+
+} // namespace dummy_collectives

@@ -1,0 +1,87 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <dummy_collectives/shm_segment.hpp>
+#include <dummy_collectives/transport.hpp>
+
+namespace dummy_collectives {
+
+struct ControlBlock;
+struct RankControl;
+
+// How a rank waits for its peers. Busy polling gives the lowest latency while ranks have a core
+// each; once ranks outnumber cores, polling steals the core the awaited peer needs, so the wait
+// yields and then sleeps on a futex that the publishing rank wakes.
+struct WaitPolicy {
+  std::chrono::nanoseconds spin{std::chrono::microseconds(50)};
+  std::chrono::nanoseconds yield{std::chrono::milliseconds(2)};
+  // How often a long wait checks that the ranks it waits for are still alive.
+  std::chrono::nanoseconds livenessPeriod{std::chrono::milliseconds(50)};
+
+  static WaitPolicy forGroup(int worldSize, long spinMicros);
+};
+
+// The CPU transport: one shared-memory segment per process group. Rank 0 creates it and
+// publishes its name through the group's Store; once every rank has mapped it, the last one
+// to map removes the name.
+class ShmTransport final : public Transport {
+ public:
+  ShmTransport(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      size_t slotBytes,
+      WaitPolicy policy);
+  ~ShmTransport() override;
+
+  int rank() const override {
+    return rank_;
+  }
+  int size() const override {
+    return size_;
+  }
+  size_t slotBytes() const override {
+    return slotBytes_;
+  }
+
+  void beginOp(const OpDescriptor& op, Clock::time_point deadline) override;
+  void* writeSlot() override;
+  void exchange() override;
+  const void* readSlot(int r) const override;
+  void abort(const std::string& reason) override;
+
+  // Bytes of shared memory a group of `size` ranks maps.
+  static size_t segmentBytes(int size, size_t slotBytes);
+
+ private:
+  RankControl& control(int r) const;
+  std::byte* slot(int r, uint64_t step) const;
+  // Waits until every rank has published `step`; raises on abort, timeout or a dead peer.
+  void waitAll(uint64_t step);
+  void checkPeers(uint64_t step);
+  void checkDescriptors(uint64_t step) const;
+  [[noreturn]] void fail(const std::string& what);
+  std::string opContext() const;
+
+  int rank_;
+  int size_;
+  size_t slotBytes_;
+  WaitPolicy policy_;
+  ShmSegment segment_;
+  ControlBlock* ctl_ = nullptr;
+  std::byte* data_ = nullptr;
+
+  uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
+  uint64_t opFirstStep_ = 0;
+  OpDescriptor op_;
+  Clock::time_point deadline_;
+  Clock::time_point opStart_;
+  std::vector<bool> peerVisible_; // whether this process can see a peer's pid (liveness checks)
+};
+
+} // namespace dummy_collectives

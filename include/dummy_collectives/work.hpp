@@ -1,0 +1,72 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+namespace dummy_collectives {
+
+class Engine;
+
+// One issued collective. Completed by whichever thread runs it (see Engine); wait() lends the
+// waiting thread to the engine. The future is made on first request, so collectives nobody asks
+// a future of pay nothing for it.
+class DummyWork final : public c10d::Work {
+ public:
+  using Body = std::function<void()>;
+
+  DummyWork(
+      int rank,
+      c10d::OpType opType,
+      const char* profilingTitle,
+      const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor> outputs,
+      uint64_t seq,
+      Body body,
+      std::weak_ptr<Engine> engine);
+  ~DummyWork() override;
+
+  bool isCompleted() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
+  std::vector<at::Tensor> result() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const override {
+    return seq_;
+  }
+
+  // A Work that is already finished (zero mode, world size 1 shortcuts).
+  static c10::intrusive_ptr<DummyWork> completed(
+      int rank,
+      c10d::OpType opType,
+      const char* profilingTitle,
+      std::vector<at::Tensor> outputs);
+
+  // Runs the body and completes the Work; the engine calls it exactly once.
+  void execute() noexcept;
+  bool done() const {
+    return done_.load(std::memory_order_acquire);
+  }
+  std::chrono::steady_clock::time_point enqueuedAt() const {
+    return enqueuedAt_;
+  }
+
+ private:
+  void completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future) const;
+
+  std::vector<at::Tensor> outputs_;
+  uint64_t seq_;
+  Body body_;
+  std::weak_ptr<Engine> engine_;
+  std::chrono::steady_clock::time_point enqueuedAt_;
+  std::atomic<bool> done_{false};
+  std::exception_ptr error_; // set with done_, under mutex_
+  c10::intrusive_ptr<c10::ivalue::Future> future_; // guarded by mutex_
+};
+
+} // namespace dummy_collectives
