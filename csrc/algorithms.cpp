@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/StringUtil.h>
 
 namespace dummy_collectives::algorithms {
 namespace {
@@ -46,7 +48,16 @@ void streamChunks(Transport& t, size_t bytes, size_t granule, Produce produce, C
 
 } // namespace
 
-void allreduce(Transport& t, at::Tensor& data, const ReduceSpec& spec, size_t oneShotMaxBytes) {
+namespace {
+
+// The reduction pipeline behind allreduce (root < 0: every rank receives) and reduce.
+void reduceImpl(
+    Transport& t,
+    at::Tensor& data,
+    const ReduceSpec& spec,
+    int root,
+    size_t oneShotMaxBytes) {
+  const bool receives = root < 0 || root == t.rank();
   const size_t es = data.element_size();
   const int64_t n = data.numel();
   const size_t bytes = static_cast<size_t>(n) * es;
@@ -59,10 +70,12 @@ void allreduce(Transport& t, at::Tensor& data, const ReduceSpec& spec, size_t on
       std::memcpy(t.writeSlot(), base, bytes);
     }
     t.exchange();
-    for (int r = 0; r < ws; ++r) {
-      srcs[r] = t.readSlot(r);
+    if (receives) {
+      for (int r = 0; r < ws; ++r) {
+        srcs[r] = t.readSlot(r);
+      }
+      reduceInto(spec, base, srcs.data(), ws, n);
     }
-    reduceInto(spec, base, srcs.data(), ws, n);
     return;
   }
 
@@ -79,8 +92,8 @@ void allreduce(Transport& t, at::Tensor& data, const ReduceSpec& spec, size_t on
     }
     reduceInto(spec, static_cast<std::byte*>(t.writeSlot()) + lo * es, srcs.data(), ws, hi - lo);
     t.exchange();
-    // ...all-gather: every rank copies every reduced part out.
-    for (int r = 0; r < ws; ++r) {
+    // ...all-gather: every receiving rank copies every reduced part out.
+    for (int r = 0; r < ws && receives; ++r) {
       const auto [plo, phi] = partOf(r, ws, m, es);
       if (phi > plo) {
         std::memcpy(
@@ -92,10 +105,26 @@ void allreduce(Transport& t, at::Tensor& data, const ReduceSpec& spec, size_t on
   }
 }
 
+} // namespace
+
+void allreduce(Transport& t, at::Tensor& data, const ReduceSpec& spec, size_t oneShotMaxBytes) {
+  reduceImpl(t, data, spec, /*root=*/-1, oneShotMaxBytes);
+}
+
+void reduce(
+    Transport& t,
+    at::Tensor& data,
+    const ReduceSpec& spec,
+    int root,
+    size_t oneShotMaxBytes) {
+  reduceImpl(t, data, spec, root, oneShotMaxBytes);
+}
+
 namespace {
 
+// Every rank's input to `destination(r)` on the ranks where `receives` is true.
 template <typename Destination>
-void gatherInto(Transport& t, const at::Tensor& input, Destination destination) {
+void gatherInto(Transport& t, const at::Tensor& input, bool receives, Destination destination) {
   const size_t es = input.element_size();
   const size_t bytes = static_cast<size_t>(input.numel()) * es;
   const std::byte* in = bytesOf(input);
@@ -109,7 +138,7 @@ void gatherInto(Transport& t, const at::Tensor& input, Destination destination) 
         }
       },
       [&](int r, size_t offset, const void* from, size_t length) {
-        if (length > 0) {
+        if (receives && length > 0) {
           // Our own part comes from our input: it is already in cache.
           std::memcpy(destination(r) + offset, r == t.rank() ? in + offset : from, length);
         }
@@ -119,13 +148,141 @@ void gatherInto(Transport& t, const at::Tensor& input, Destination destination) 
 } // namespace
 
 void allgather(Transport& t, const at::Tensor& input, std::vector<at::Tensor>& outputs) {
-  gatherInto(t, input, [&](int r) { return bytesOf(outputs[r]); });
+  gatherInto(t, input, true, [&](int r) { return bytesOf(outputs[r]); });
+}
+
+void gather(Transport& t, const at::Tensor& input, std::vector<at::Tensor>& outputs, int root) {
+  gatherInto(t, input, t.rank() == root, [&](int r) { return bytesOf(outputs[r]); });
 }
 
 void allgatherInto(Transport& t, const at::Tensor& input, at::Tensor& output) {
   const size_t bytes = static_cast<size_t>(input.numel()) * input.element_size();
   std::byte* out = bytesOf(output);
-  gatherInto(t, input, [&](int r) { return out + static_cast<size_t>(r) * bytes; });
+  gatherInto(t, input, true, [&](int r) { return out + static_cast<size_t>(r) * bytes; });
+}
+
+namespace {
+
+// One sub-slot per destination rank, a multiple of the element size and of 64 bytes.
+size_t subSlotBytes(const Transport& t, size_t elementSize) {
+  const size_t granule = std::max<size_t>(64, elementSize) / elementSize * elementSize;
+  const size_t sub = t.slotBytes() / static_cast<size_t>(t.size()) / granule * granule;
+  TORCH_CHECK(sub > 0, "dummy_collectives: buffer too small for ", t.size(), " ranks");
+  return sub;
+}
+
+} // namespace
+
+void scatter(Transport& t, const std::vector<at::Tensor>& inputs, at::Tensor& output, int root) {
+  const bool isRoot = t.rank() == root;
+  const size_t es = output.element_size();
+  const size_t bytes = static_cast<size_t>(output.numel()) * es;
+  const size_t sub = subSlotBytes(t, es);
+  std::byte* out = bytesOf(output);
+  size_t offset = 0;
+  do {
+    const size_t length = std::min(sub, bytes - offset);
+    if (isRoot && length > 0) {
+      auto* slot = static_cast<std::byte*>(t.writeSlot());
+      for (int r = 0; r < t.size(); ++r) {
+        if (r != root) {
+          std::memcpy(slot + r * sub, bytesOf(inputs[r]) + offset, length);
+        }
+      }
+    }
+    t.exchange();
+    if (length > 0) {
+      const std::byte* from = isRoot ? bytesOf(inputs[root]) + offset
+                                     : static_cast<const std::byte*>(t.readSlot(root)) +
+              static_cast<size_t>(t.rank()) * sub;
+      std::memcpy(out + offset, from, length);
+    }
+    offset += length;
+  } while (offset < bytes);
+}
+
+void reduceScatter(
+    Transport& t,
+    const std::vector<at::Tensor>& inputs,
+    at::Tensor& output,
+    const ReduceSpec& spec) {
+  const int ws = t.size();
+  const size_t es = output.element_size();
+  const int64_t n = output.numel();
+  const int64_t subElems = static_cast<int64_t>(subSlotBytes(t, es) / es);
+  std::byte* out = bytesOf(output);
+  Pointers srcs(ws);
+  int64_t offset = 0;
+  do {
+    const int64_t m = std::min(subElems, n - offset);
+    auto* slot = static_cast<std::byte*>(t.writeSlot());
+    for (int d = 0; d < ws && m > 0; ++d) {
+      std::memcpy(slot + d * subElems * es, bytesOf(inputs[d]) + offset * es, m * es);
+    }
+    t.exchange();
+    for (int r = 0; r < ws; ++r) {
+      srcs[r] = static_cast<const std::byte*>(t.readSlot(r)) + t.rank() * subElems * es;
+    }
+    reduceInto(spec, out + offset * es, srcs.data(), ws, m);
+    offset += m;
+  } while (offset < n);
+}
+
+void alltoall(Transport& t, const std::vector<Span>& sends, const std::vector<Span>& receives) {
+  const int ws = t.size();
+  const int me = t.rank();
+  // Step 1: every rank's send and receive sizes.
+  TORCH_CHECK(
+      t.slotBytes() >= 2 * sizeof(uint64_t) * ws,
+      "dummy_collectives: buffer too small for all-to-all sizes");
+  auto* sizes = static_cast<uint64_t*>(t.writeSlot());
+  for (int r = 0; r < ws; ++r) {
+    sizes[r] = sends[r].bytes;
+    sizes[ws + r] = receives[r].bytes;
+  }
+  t.exchange();
+  size_t largest = 0;
+  std::string mismatches;
+  for (int s = 0; s < ws; ++s) {
+    const auto* theirs = static_cast<const uint64_t*>(t.readSlot(s));
+    for (int d = 0; d < ws; ++d) {
+      const auto* dest = static_cast<const uint64_t*>(t.readSlot(d));
+      if (theirs[d] != dest[ws + s]) {
+        mismatches += c10::str(
+            "\n  rank ", s, " sends ", theirs[d], " bytes to rank ", d, ", which expects ",
+            dest[ws + s]);
+      }
+      largest = std::max<size_t>(largest, theirs[d]);
+    }
+  }
+  TORCH_CHECK_VALUE(
+      mismatches.empty(),
+      "dummy alltoall (rank ",
+      me,
+      "): input and output split sizes do not match across ranks; no data was exchanged:",
+      mismatches);
+  if (receives[me].bytes > 0) {
+    std::memcpy(receives[me].data, sends[me].data, receives[me].bytes);
+  }
+  // Then the data, one sub-slot per destination per step.
+  const size_t sub = subSlotBytes(t, 1);
+  for (size_t offset = 0; offset < largest; offset += sub) {
+    auto* slot = static_cast<std::byte*>(t.writeSlot());
+    for (int d = 0; d < ws; ++d) {
+      if (d != me && sends[d].bytes > offset) {
+        std::memcpy(slot + d * sub, sends[d].data + offset, std::min(sub, sends[d].bytes - offset));
+      }
+    }
+    t.exchange();
+    for (int s = 0; s < ws; ++s) {
+      if (s != me && receives[s].bytes > offset) {
+        std::memcpy(
+            receives[s].data + offset,
+            static_cast<const std::byte*>(t.readSlot(s)) + me * sub,
+            std::min(sub, receives[s].bytes - offset));
+      }
+    }
+  }
 }
 
 void broadcast(Transport& t, at::Tensor& data, int root) {

@@ -1,5 +1,7 @@
 #include <dummy_collectives/backend.hpp>
 
+#include <cstring>
+
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
@@ -50,6 +52,34 @@ class Checker {
         tensors.size(),
         " (one tensor per process)");
     tensor(tensors[0], what);
+  }
+
+  // A list of `expected` tensors, each shaped like `ref` with `numel` elements.
+  void list(
+      const std::vector<at::Tensor>& tensors,
+      size_t expected,
+      const at::Tensor& ref,
+      int64_t numel,
+      const char* what) const {
+    require(
+        tensors.size() == expected,
+        "the ",
+        what,
+        " list has ",
+        tensors.size(),
+        " tensors; expected ",
+        expected);
+    for (const auto& t : tensors) {
+      like(t, ref, numel, what);
+    }
+  }
+
+  // Non-empty list of tensors sharing the first one's dtype and device.
+  void uniform(const std::vector<at::Tensor>& tensors, const char* what) const {
+    require(!tensors.empty(), "the ", what, " list is empty");
+    for (const auto& t : tensors) {
+      like(t, tensors[0], t.numel(), what);
+    }
   }
 
   void root(int64_t root) const {
@@ -140,6 +170,27 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
       getRank(), opType, profilingTitle, inputs, std::move(outputs), op.seq, std::move(body), engine_);
   engine_->enqueue(work);
   return work;
+}
+
+OpDescriptor DummyBackend::describe(
+    CollectiveKind kind,
+    const at::Tensor& reference,
+    int64_t numel,
+    int root,
+    int reduceOp,
+    int count) {
+  OpDescriptor op;
+  op.kind = kind;
+  op.dtype = static_cast<int32_t>(reference.scalar_type());
+  op.numel = numel;
+  op.root = root;
+  op.reduceOp = reduceOp;
+  op.count = count;
+  return op;
+}
+
+void DummyBackend::requireReal(const char* collective) const {
+  TORCH_CHECK(mode() == Mode::kReal, "dummy ", collective, zeroModeUnsupported);
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::zeroed(
@@ -301,6 +352,480 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions&
   return submit(
       op, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, opts.timeout, [](Transport& t) {
         algorithms::barrier(t);
+      });
+}
+
+namespace {
+
+int64_t totalNumel(const std::vector<at::Tensor>& tensors) {
+  int64_t total = 0;
+  for (const auto& t : tensors) {
+    total += t.numel();
+  }
+  return total;
+}
+
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> all;
+  for (const auto& list : lists) {
+    all.insert(all.end(), list.begin(), list.end());
+  }
+  return all;
+}
+
+// Views of a contiguous tensor as `parts` equal consecutive pieces.
+std::vector<at::Tensor> pieces(const at::Tensor& flat, int parts) {
+  const int64_t n = flat.numel() / parts;
+  std::vector<at::Tensor> views;
+  for (int r = 0; r < parts; ++r) {
+    views.push_back(flat.view({-1}).narrow(0, r * n, n));
+  }
+  return views;
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  const Checker check("allreduce_coalesced", getRank(), getSize());
+  check.uniform(tensors, "input");
+  const ReduceSpec spec = resolveReduce(
+      opts.reduceOp, tensors[0].scalar_type(), getSize(), "allreduce_coalesced", getRank());
+  requireReal("allreduce_coalesced");
+  auto staged = std::make_shared<HostStagingList>(tensors);
+  return submit(
+      describe(
+          CollectiveKind::kAllreduceCoalesced,
+          tensors[0],
+          totalNumel(tensors),
+          -1,
+          opts.reduceOp.op_,
+          static_cast<int>(tensors.size())),
+      c10d::OpType::ALLREDUCE_COALESCED,
+      "dummy:allreduce_coalesced",
+      tensors,
+      tensors,
+      opts.timeout,
+      [staged, spec, oneShot = options_->oneShotMaxBytes](Transport& t) {
+        for (auto& host : staged->acquire(/*copyIn=*/true)) {
+          algorithms::allreduce(t, host, spec, oneShot);
+        }
+        staged->release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::reduce(
+    std::vector<at::Tensor>& tensors,
+    const c10d::ReduceOptions& opts) {
+  const Checker check("reduce", getRank(), getSize());
+  check.single(tensors, "input");
+  check.root(opts.rootRank);
+  check.require(opts.rootTensor == 0, "rootTensor must be 0, got ", opts.rootTensor);
+  const at::Tensor& tensor = tensors[0];
+  const ReduceSpec spec =
+      resolveReduce(opts.reduceOp, tensor.scalar_type(), getSize(), "reduce", getRank());
+  requireReal("reduce");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = root == getRank();
+  auto staged = std::make_shared<HostStaging>(tensor);
+  return submit(
+      describe(CollectiveKind::kReduce, tensor, tensor.numel(), root, opts.reduceOp.op_),
+      c10d::OpType::REDUCE,
+      "dummy:reduce",
+      tensors,
+      tensors,
+      opts.timeout,
+      [staged, spec, root, isRoot, oneShot = options_->oneShotMaxBytes](Transport& t) {
+        algorithms::reduce(t, staged->acquire(/*copyIn=*/true), spec, root, oneShot);
+        staged->release(/*copyOut=*/isRoot);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputTensorLists,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  const Checker check("allgather_coalesced", getRank(), getSize());
+  check.uniform(inputTensors, "input");
+  check.require(
+      static_cast<int>(outputTensorLists.size()) == getSize(),
+      "expected one output list per rank (",
+      getSize(),
+      "), got ",
+      outputTensorLists.size());
+  for (const auto& list : outputTensorLists) {
+    check.require(
+        list.size() == inputTensors.size(),
+        "an output list has ",
+        list.size(),
+        " tensors; expected one per input (",
+        inputTensors.size(),
+        ")");
+    for (size_t i = 0; i < list.size(); ++i) {
+      check.like(list[i], inputTensors[i], inputTensors[i].numel(), "an output tensor");
+    }
+  }
+  requireReal("allgather_coalesced");
+  const int ws = getSize();
+  const size_t count = inputTensors.size();
+  auto in = std::make_shared<HostStagingList>(inputTensors);
+  auto out = std::make_shared<HostStagingList>(flatten(outputTensorLists));
+  return submit(
+      describe(
+          CollectiveKind::kAllgatherCoalesced,
+          inputTensors[0],
+          totalNumel(inputTensors),
+          -1,
+          -1,
+          static_cast<int>(count)),
+      c10d::OpType::ALLGATHER_COALESCED,
+      "dummy:all_gather_coalesced",
+      inputTensors,
+      flatten(outputTensorLists),
+      opts.timeout,
+      [in, out, ws, count](Transport& t) {
+        std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
+        for (size_t i = 0; i < count; ++i) {
+          std::vector<at::Tensor> perRank;
+          for (int r = 0; r < ws; ++r) {
+            perRank.push_back(hostOut[r * count + i]);
+          }
+          algorithms::allgather(t, hostIn[i], perRank);
+        }
+        in->release(/*copyOut=*/false);
+        out->release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const Checker check("allgather_into_tensor_coalesced", getRank(), getSize());
+  check.uniform(inputs, "input");
+  check.require(
+      outputs.size() == inputs.size(),
+      "got ",
+      outputs.size(),
+      " outputs for ",
+      inputs.size(),
+      " inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check.like(outputs[i], inputs[i], inputs[i].numel() * getSize(), "an output tensor");
+  }
+  requireReal("allgather_into_tensor_coalesced");
+  auto in = std::make_shared<HostStagingList>(inputs);
+  auto out = std::make_shared<HostStagingList>(outputs);
+  return submit(
+      describe(
+          CollectiveKind::kAllgatherIntoTensorCoalesced,
+          inputs[0],
+          totalNumel(inputs),
+          -1,
+          -1,
+          static_cast<int>(inputs.size())),
+      c10d::OpType::COALESCED,
+      "dummy:all_gather_into_tensor_coalesced",
+      inputs,
+      outputs,
+      opts.timeout,
+      [in, out](Transport& t) {
+        std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
+        for (size_t i = 0; i < hostIn.size(); ++i) {
+          algorithms::allgatherInto(t, hostIn[i], hostOut[i]);
+        }
+        in->release(/*copyOut=*/false);
+        out->release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::GatherOptions& opts) {
+  const Checker check("gather", getRank(), getSize());
+  check.single(inputTensors, "input");
+  check.root(opts.rootRank);
+  const at::Tensor& input = inputTensors[0];
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = root == getRank();
+  if (isRoot) {
+    check.require(
+        outputTensors.size() == 1, "the root needs 1 list of outputs, got ", outputTensors.size());
+    check.list(outputTensors[0], getSize(), input, input.numel(), "output");
+  } else {
+    check.require(
+        outputTensors.empty() || (outputTensors.size() == 1 && outputTensors[0].empty()),
+        "only the root (rank ",
+        root,
+        ") takes output tensors");
+  }
+  requireReal("gather");
+  std::vector<at::Tensor> outputs = isRoot ? outputTensors[0] : std::vector<at::Tensor>();
+  auto in = std::make_shared<HostStaging>(input);
+  auto out = std::make_shared<HostStagingList>(outputs);
+  return submit(
+      describe(CollectiveKind::kGather, input, input.numel(), root),
+      c10d::OpType::GATHER,
+      "dummy:gather",
+      inputTensors,
+      outputs,
+      opts.timeout,
+      [in, out, root](Transport& t) {
+        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
+        algorithms::gather(t, in->acquire(/*copyIn=*/true), hostOut, root);
+        in->release(/*copyOut=*/false);
+        out->release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ScatterOptions& opts) {
+  const Checker check("scatter", getRank(), getSize());
+  check.single(outputTensors, "output");
+  check.root(opts.rootRank);
+  const at::Tensor& output = outputTensors[0];
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = root == getRank();
+  if (isRoot) {
+    check.require(
+        inputTensors.size() == 1, "the root needs 1 list of inputs, got ", inputTensors.size());
+    check.list(inputTensors[0], getSize(), output, output.numel(), "input");
+  } else {
+    check.require(
+        inputTensors.empty() || (inputTensors.size() == 1 && inputTensors[0].empty()),
+        "only the root (rank ",
+        root,
+        ") takes input tensors");
+  }
+  requireReal("scatter");
+  std::vector<at::Tensor> inputs = isRoot ? inputTensors[0] : std::vector<at::Tensor>();
+  auto in = std::make_shared<HostStagingList>(inputs);
+  auto out = std::make_shared<HostStaging>(output);
+  return submit(
+      describe(CollectiveKind::kScatter, output, output.numel(), root),
+      c10d::OpType::SCATTER,
+      "dummy:scatter",
+      inputs,
+      outputTensors,
+      opts.timeout,
+      [in, out, root](Transport& t) {
+        algorithms::scatter(t, in->acquire(/*copyIn=*/true), out->acquire(/*copyIn=*/false), root);
+        in->release(/*copyOut=*/false);
+        out->release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ReduceScatterOptions& opts) {
+  const Checker check("reduce_scatter", getRank(), getSize());
+  check.single(outputTensors, "output");
+  const at::Tensor& output = outputTensors[0];
+  check.require(inputTensors.size() == 1, "expected 1 list of inputs, got ", inputTensors.size());
+  check.list(inputTensors[0], getSize(), output, output.numel(), "input");
+  const ReduceSpec spec =
+      resolveReduce(opts.reduceOp, output.scalar_type(), getSize(), "reduce_scatter", getRank());
+  requireReal("reduce_scatter");
+  auto in = std::make_shared<HostStagingList>(inputTensors[0]);
+  auto out = std::make_shared<HostStaging>(output);
+  return submit(
+      describe(CollectiveKind::kReduceScatter, output, output.numel(), -1, opts.reduceOp.op_),
+      c10d::OpType::REDUCE_SCATTER,
+      "dummy:reduce_scatter",
+      inputTensors[0],
+      outputTensors,
+      opts.timeout,
+      [in, out, spec](Transport& t) {
+        algorithms::reduceScatter(t, in->acquire(/*copyIn=*/true), out->acquire(false), spec);
+        in->release(/*copyOut=*/false);
+        out->release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::_reduce_scatter_base(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> outputs{outputBuffer};
+  std::vector<at::Tensor> inputs{inputBuffer};
+  return reduceScatterTensors(outputs, inputs, opts, "_reduce_scatter_base");
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  return reduceScatterTensors(outputs, inputs, opts, "reduce_scatter_tensor_coalesced");
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts,
+    const char* collective) {
+  const Checker check(collective, getRank(), getSize());
+  check.uniform(outputs, "output");
+  check.require(
+      outputs.size() == inputs.size(),
+      "got ",
+      outputs.size(),
+      " outputs for ",
+      inputs.size(),
+      " inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check.like(inputs[i], outputs[i], outputs[i].numel() * getSize(), "an input tensor");
+  }
+  const ReduceSpec spec =
+      resolveReduce(opts.reduceOp, outputs[0].scalar_type(), getSize(), collective, getRank());
+  requireReal(collective);
+  const bool coalesced = std::strcmp(collective, "_reduce_scatter_base") != 0;
+  const int ws = getSize();
+  auto in = std::make_shared<HostStagingList>(inputs);
+  auto out = std::make_shared<HostStagingList>(outputs);
+  return submit(
+      describe(
+          coalesced ? CollectiveKind::kReduceScatterTensorCoalesced
+                    : CollectiveKind::kReduceScatterBase,
+          outputs[0],
+          totalNumel(outputs),
+          -1,
+          opts.reduceOp.op_,
+          static_cast<int>(outputs.size())),
+      coalesced ? c10d::OpType::COALESCED : c10d::OpType::_REDUCE_SCATTER_BASE,
+      coalesced ? "dummy:reduce_scatter_tensor_coalesced" : "dummy:_reduce_scatter_base",
+      inputs,
+      outputs,
+      opts.timeout,
+      [in, out, spec, ws](Transport& t) {
+        std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
+        for (size_t i = 0; i < hostIn.size(); ++i) {
+          algorithms::reduceScatter(t, pieces(hostIn[i], ws), hostOut[i], spec);
+        }
+        in->release(/*copyOut=*/false);
+        out->release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes,
+    const c10d::AllToAllOptions& opts) {
+  const Checker check("alltoall_base", getRank(), getSize());
+  check.tensor(inputBuffer, "input");
+  check.like(outputBuffer, inputBuffer, outputBuffer.numel(), "the output tensor");
+  const int ws = getSize();
+  // Split sizes count rows (dim 0); none given means equal splits.
+  auto rowsOf = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    if (splits.empty()) {
+      check.require(
+          rows % ws == 0, what, " has ", rows, " rows, which ", ws, " ranks cannot split evenly");
+      return std::vector<int64_t>(ws, rows / ws);
+    }
+    check.require(
+        static_cast<int>(splits.size()) == ws,
+        what,
+        " split sizes have ",
+        splits.size(),
+        " entries; expected ",
+        ws);
+    int64_t total = 0;
+    for (int64_t s : splits) {
+      check.require(s >= 0, what, " split sizes must not be negative");
+      total += s;
+    }
+    check.require(total == rows, what, " split sizes add up to ", total, " but it has ", rows, " rows");
+    return splits;
+  };
+  const std::vector<int64_t> sendRows = rowsOf(inputBuffer, inputSplitSizes, "the input");
+  const std::vector<int64_t> recvRows = rowsOf(outputBuffer, outputSplitSizes, "the output");
+  auto rowBytes = [](const at::Tensor& t) {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    return rows == 0 ? size_t{0} : static_cast<size_t>(t.numel() / rows * t.element_size());
+  };
+  const size_t sendRowBytes = rowBytes(inputBuffer);
+  const size_t recvRowBytes = rowBytes(outputBuffer);
+  requireReal("alltoall_base");
+  auto in = std::make_shared<HostStaging>(inputBuffer);
+  auto out = std::make_shared<HostStaging>(outputBuffer);
+  return submit(
+      describe(CollectiveKind::kAlltoallBase, inputBuffer, 0),
+      c10d::OpType::ALLTOALL_BASE,
+      "dummy:all_to_all",
+      {inputBuffer},
+      {outputBuffer},
+      opts.timeout,
+      [in, out, sendRows, recvRows, sendRowBytes, recvRowBytes](Transport& t) {
+        auto* src = static_cast<std::byte*>(in->acquire(/*copyIn=*/true).data_ptr());
+        auto* dst = static_cast<std::byte*>(out->acquire(/*copyIn=*/false).data_ptr());
+        std::vector<algorithms::Span> sends, receives;
+        for (size_t r = 0; r < sendRows.size(); ++r) {
+          sends.push_back({src, sendRows[r] * sendRowBytes});
+          src += sendRows[r] * sendRowBytes;
+          receives.push_back({dst, recvRows[r] * recvRowBytes});
+          dst += recvRows[r] * recvRowBytes;
+        }
+        algorithms::alltoall(t, sends, receives);
+        in->release(/*copyOut=*/false);
+        out->release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllToAllOptions& opts) {
+  const Checker check("alltoall", getRank(), getSize());
+  check.uniform(inputTensors, "input");
+  check.require(
+      static_cast<int>(inputTensors.size()) == getSize(),
+      "expected one input tensor per rank (",
+      getSize(),
+      "), got ",
+      inputTensors.size());
+  check.require(
+      outputTensors.size() == inputTensors.size(),
+      "expected one output tensor per rank (",
+      getSize(),
+      "), got ",
+      outputTensors.size());
+  for (const auto& output : outputTensors) {
+    check.like(output, inputTensors[0], output.numel(), "an output tensor");
+  }
+  requireReal("alltoall");
+  auto in = std::make_shared<HostStagingList>(inputTensors);
+  auto out = std::make_shared<HostStagingList>(outputTensors);
+  return submit(
+      describe(CollectiveKind::kAlltoall, inputTensors[0], 0),
+      c10d::OpType::ALLTOALL,
+      "dummy:all_to_all",
+      inputTensors,
+      outputTensors,
+      opts.timeout,
+      [in, out](Transport& t) {
+        auto spans = [](std::vector<at::Tensor>& tensors) {
+          std::vector<algorithms::Span> result;
+          for (auto& tensor : tensors) {
+            result.push_back(
+                {static_cast<std::byte*>(tensor.data_ptr()), tensor.numel() * tensor.element_size()});
+          }
+          return result;
+        };
+        std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
+        algorithms::alltoall(t, spans(hostIn), spans(hostOut));
+        in->release(/*copyOut=*/false);
+        out->release(/*copyOut=*/true);
       });
 }
 

@@ -46,4 +46,22 @@ void HostStaging::release(bool copyOut) {
   host_ = at::Tensor();
 }
 
+HostStagingList::HostStagingList(const std::vector<at::Tensor>& users)
+    : items_(users.begin(), users.end()) {}
+
+std::vector<at::Tensor> HostStagingList::acquire(bool copyIn) {
+  std::vector<at::Tensor> hosts;
+  hosts.reserve(items_.size());
+  for (auto& item : items_) {
+    hosts.push_back(item.acquire(copyIn));
+  }
+  return hosts;
+}
+
+void HostStagingList::release(bool copyOut) {
+  for (auto& item : items_) {
+    item.release(copyOut);
+  }
+}
+
 } // namespace dummy_collectives

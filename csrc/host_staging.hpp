@@ -29,4 +29,15 @@ class HostStaging {
   std::optional<c10::Event> ready_;
 };
 
+// HostStaging for a list of tensors.
+class HostStagingList {
+ public:
+  explicit HostStagingList(const std::vector<at::Tensor>& users);
+  std::vector<at::Tensor> acquire(bool copyIn);
+  void release(bool copyOut);
+
+ private:
+  std::vector<HostStaging> items_;
+};
+
 } // namespace dummy_collectives

@@ -46,13 +46,35 @@ const char* collectiveName(CollectiveKind kind) {
       return "barrier";
     case CollectiveKind::kAllgatherBase:
       return "_allgather_base";
+    case CollectiveKind::kAllreduceCoalesced:
+      return "allreduce_coalesced";
+    case CollectiveKind::kReduce:
+      return "reduce";
+    case CollectiveKind::kAllgatherCoalesced:
+      return "allgather_coalesced";
+    case CollectiveKind::kAllgatherIntoTensorCoalesced:
+      return "allgather_into_tensor_coalesced";
+    case CollectiveKind::kGather:
+      return "gather";
+    case CollectiveKind::kScatter:
+      return "scatter";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kReduceScatterBase:
+      return "_reduce_scatter_base";
+    case CollectiveKind::kReduceScatterTensorCoalesced:
+      return "reduce_scatter_tensor_coalesced";
+    case CollectiveKind::kAlltoall:
+      return "alltoall";
+    case CollectiveKind::kAlltoallBase:
+      return "alltoall_base";
   }
   return "unknown collective";
 }
 
 bool OpDescriptor::operator==(const OpDescriptor& other) const {
   return seq == other.seq && kind == other.kind && dtype == other.dtype && numel == other.numel &&
-      root == other.root && reduceOp == other.reduceOp;
+      root == other.root && reduceOp == other.reduceOp && count == other.count;
 }
 
 std::string OpDescriptor::describe() const {
@@ -60,6 +82,9 @@ std::string OpDescriptor::describe() const {
   if (dtype >= 0) {
     text += c10::str(
         " of ", numel, " ", c10::toString(static_cast<c10::ScalarType>(dtype)), " elements");
+  }
+  if (count != 1) {
+    text += c10::str(" in ", count, " tensors");
   }
   if (reduceOp >= 0) {
     text += c10::str(" with ", reduceOpName(reduceOp));

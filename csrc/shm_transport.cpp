@@ -262,10 +262,12 @@ void ShmTransport::exchange() {
     futexWakeAll(futexWord(published));
   }
   waitAll(step);
+  // Advance before validating: a mismatch raises on every rank after this same step, and the
+  // next collective must start from the next step on all of them.
+  nextStep_ = step + 1;
   if (step == opFirstStep_) {
     checkDescriptors(step);
   }
-  nextStep_ = step + 1;
 }
 
 void ShmTransport::waitAll(uint64_t step) {

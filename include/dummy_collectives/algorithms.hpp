@@ -17,11 +17,44 @@ namespace dummy_collectives::algorithms {
 // (all-gather), two exchanges per chunk, pipelined through the double-buffered slots.
 void allreduce(Transport& t, at::Tensor& data, const ReduceSpec& spec, size_t oneShotMaxBytes);
 
+// Like allreduce, but only `root` receives the result; other ranks' tensors are left unchanged.
+void reduce(
+    Transport& t,
+    at::Tensor& data,
+    const ReduceSpec& spec,
+    int root,
+    size_t oneShotMaxBytes);
+
 // outputs[r] receives rank r's input.
 void allgather(Transport& t, const at::Tensor& input, std::vector<at::Tensor>& outputs);
 
 // output (world size * input.numel() elements) receives the inputs concatenated in rank order.
 void allgatherInto(Transport& t, const at::Tensor& input, at::Tensor& output);
+
+// On root, outputs[r] receives rank r's input; other ranks pass an empty outputs list.
+void gather(Transport& t, const at::Tensor& input, std::vector<at::Tensor>& outputs, int root);
+
+// Rank r receives root's inputs[r]; other ranks pass an empty inputs list.
+void scatter(Transport& t, const std::vector<at::Tensor>& inputs, at::Tensor& output, int root);
+
+// output = reduction over ranks of each rank's inputs[rank()]: each slot is cut into one sub-slot
+// per destination rank, so every step moves every destination's share with one exchange.
+void reduceScatter(
+    Transport& t,
+    const std::vector<at::Tensor>& inputs,
+    at::Tensor& output,
+    const ReduceSpec& spec);
+
+// A contiguous byte range of a tensor; all-to-all moves whole ranges per peer.
+struct Span {
+  std::byte* data;
+  size_t bytes;
+};
+
+// Rank r's sends[d] lands in rank d's receives[r]. Ranges may differ per pair (uneven splits):
+// a first exchange publishes every rank's send and receive sizes so every rank validates every
+// pair identically (and raises identically) before any data moves.
+void alltoall(Transport& t, const std::vector<Span>& sends, const std::vector<Span>& receives);
 
 void broadcast(Transport& t, at::Tensor& data, int root);
 

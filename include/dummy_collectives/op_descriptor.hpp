@@ -12,6 +12,17 @@ enum class CollectiveKind : uint32_t {
   kBroadcast,
   kBarrier,
   kAllgatherBase,
+  kAllreduceCoalesced,
+  kReduce,
+  kAllgatherCoalesced,
+  kAllgatherIntoTensorCoalesced,
+  kGather,
+  kScatter,
+  kReduceScatter,
+  kReduceScatterBase,
+  kReduceScatterTensorCoalesced,
+  kAlltoall,
+  kAlltoallBase,
 };
 
 const char* collectiveName(CollectiveKind kind);
@@ -26,6 +37,7 @@ struct OpDescriptor {
   int64_t numel = 0;     // elements this rank contributes
   int32_t root = -1;     // root rank, -1 where the op has none
   int32_t reduceOp = -1; // c10d::ReduceOp::RedOpType, -1 where the op does not reduce
+  int32_t count = 1;     // tensors per rank (coalesced collectives)
 
   bool operator==(const OpDescriptor& other) const;
   bool operator!=(const OpDescriptor& other) const {
