@@ -51,7 +51,7 @@
 namespace dummy_collectives {
 namespace {
 
-using ReduceFn = void (*)(const ReduceSpec&, void*, const void* const*, int, int64_t);
+using ReduceFn = void (*)(const ReduceSpec&, void*, void*, const void* const*, int, int64_t);
 
 struct Variant {
   ReduceFn fn;
@@ -231,9 +231,10 @@ void reduceInto(
     void* out,
     const void* const* srcs,
     int count,
-    int64_t numel) {
+    int64_t numel,
+    void* copy) {
   if (numel > 0) {
-    variant().fn(spec, out, srcs, count, numel);
+    variant().fn(spec, out, copy, srcs, count, numel);
   }
 }
 
