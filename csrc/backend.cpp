@@ -7,6 +7,7 @@
 
 #include <dummy_collectives/algorithms.hpp>
 #include <dummy_collectives/engine.hpp>
+#include <dummy_collectives/p2p_engine.hpp>
 #include <dummy_collectives/shm_transport.hpp>
 #include <dummy_collectives/work.hpp>
 
@@ -143,12 +144,21 @@ DummyBackend::DummyBackend(
         size,
         options_->bufferBytes,
         WaitPolicy::forGroup(size, options_->spinMicros));
+    p2p_ = std::make_shared<P2pEngine>(transport_, options_->timeout);
   }
   engine_ = std::make_shared<Engine>(Engine::Timing{});
 }
 
 DummyBackend::~DummyBackend() {
   engine_.reset(); // runs what is still queued, while the transport is alive
+  p2p_.reset();
+}
+
+void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
+  options_->timeout = timeout;
+  if (p2p_) {
+    p2p_->setTimeout(timeout);
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
@@ -827,6 +837,76 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
         in->release(/*copyOut=*/false);
         out->release(/*copyOut=*/true);
       });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::send(
+    std::vector<at::Tensor>& tensors,
+    int dstRank,
+    int tag) {
+  const Checker check("send", getRank(), getSize());
+  check.single(tensors, "input");
+  check.require(
+      dstRank >= 0 && dstRank < getSize() && dstRank != getRank(),
+      "destination rank ",
+      dstRank,
+      " is not another rank of this group of ",
+      getSize());
+  requireReal("send");
+  // Staged on the caller's thread: the sender's data is taken as it is at the call.
+  auto staged = std::make_shared<HostStaging>(tensors[0]);
+  const at::Tensor& host = staged->acquire(/*copyIn=*/true);
+  auto work = c10::make_intrusive<DummyWork>(
+      getRank(), c10d::OpType::SEND, "dummy:send", tensors, std::vector<at::Tensor>(), 0, nullptr,
+      p2p_);
+  p2p_->send(
+      work, dstRank, tag, host.data_ptr(), host.numel() * host.element_size(),
+      [staged] { staged->release(/*copyOut=*/false); });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::recv(
+    std::vector<at::Tensor>& tensors,
+    int srcRank,
+    int tag) {
+  const Checker check("recv", getRank(), getSize());
+  check.require(
+      srcRank >= 0 && srcRank < getSize() && srcRank != getRank(),
+      "source rank ",
+      srcRank,
+      " is not another rank of this group of ",
+      getSize());
+  return receive(tensors, srcRank, tag, "recv");
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::recvAnysource(
+    std::vector<at::Tensor>& tensors,
+    int tag) {
+  return receive(tensors, -1, tag, "recvAnysource");
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
+    std::vector<at::Tensor>& tensors,
+    int srcRank,
+    int tag,
+    const char* what) {
+  const Checker check(what, getRank(), getSize());
+  check.single(tensors, "output");
+  requireReal(what);
+  auto staged = std::make_shared<HostStaging>(tensors[0]);
+  at::Tensor& host = staged->acquire(/*copyIn=*/false);
+  auto work = c10::make_intrusive<DummyWork>(
+      getRank(),
+      srcRank < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV,
+      "dummy:recv",
+      std::vector<at::Tensor>(),
+      tensors,
+      0,
+      nullptr,
+      p2p_);
+  p2p_->recv(
+      work, srcRank, tag, host.data_ptr(), host.numel() * host.element_size(),
+      [staged] { staged->release(/*copyOut=*/true); });
+  return work;
 }
 
 } // namespace dummy_collectives

@@ -50,6 +50,14 @@ struct alignas(kLine) ControlBlock {
   char abortReason[kReasonBytes];
 };
 
+// One per ordered pair of ranks; the two counters sit on separate lines (different writers).
+struct alignas(kLine) ChannelControl {
+  std::atomic<uint64_t> written;
+  char pad0[kLine - sizeof(std::atomic<uint64_t>)];
+  std::atomic<uint64_t> consumed;
+  char pad1[kLine - sizeof(std::atomic<uint64_t>)];
+};
+
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
 
@@ -117,7 +125,20 @@ size_t roundUp(size_t value, size_t to) {
 }
 
 size_t controlBytes(int size) {
-  return roundUp(sizeof(ControlBlock) + sizeof(RankControl) * static_cast<size_t>(size), 4096);
+  const auto n = static_cast<size_t>(size);
+  return roundUp(
+      sizeof(ControlBlock) + sizeof(RankControl) * n + sizeof(ChannelControl) * n * n, 4096);
+}
+
+// Point-to-point ring size: 256 KiB per pair for small groups, shrinking so a rank's rings stay
+// near 4 MiB in large ones (pages are only touched when used anyway).
+size_t ringBytes(int size) {
+  const size_t perPeer = (size_t{4} << 20) / static_cast<size_t>(std::max(1, size - 1));
+  return std::clamp<size_t>(perPeer / 4096 * 4096, size_t{16} << 10, size_t{256} << 10);
+}
+
+size_t ringsBytes(int size) {
+  return static_cast<size_t>(size) * static_cast<size_t>(size) * ringBytes(size);
 }
 
 } // namespace
@@ -134,7 +155,7 @@ WaitPolicy WaitPolicy::forGroup(int worldSize, long spinMicros) {
 }
 
 size_t ShmTransport::segmentBytes(int size, size_t slotBytes) {
-  return controlBytes(size) + static_cast<size_t>(size) * 2 * slotBytes;
+  return controlBytes(size) + ringsBytes(size) + static_cast<size_t>(size) * 2 * slotBytes;
 }
 
 ShmTransport::ShmTransport(
@@ -146,8 +167,7 @@ ShmTransport::ShmTransport(
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
-      policy_(policy),
-      peerVisible_(static_cast<size_t>(size), false) {
+      policy_(policy) {
   const size_t bytes = segmentBytes(size, slotBytes_);
   if (rank == 0) {
     segment_ = ShmSegment::create(bytes);
@@ -157,6 +177,10 @@ ShmTransport::ShmTransport(
     ctl_->slotBytes = slotBytes_;
     for (int r = 0; r < size; ++r) {
       new (&control(r)) RankControl();
+    }
+    auto* channels = reinterpret_cast<ChannelControl*>(&control(size));
+    for (int i = 0; i < size * size; ++i) {
+      new (&channels[i]) ChannelControl();
     }
     std::string value = c10::str(segment_.name(), " ", slotBytes_);
     store->set(kStoreKey, std::vector<uint8_t>(value.begin(), value.end()));
@@ -185,7 +209,7 @@ ShmTransport::ShmTransport(
         size,
         " ranks");
   }
-  data_ = static_cast<std::byte*>(segment_.data()) + controlBytes(size);
+  data_ = static_cast<std::byte*>(segment_.data()) + controlBytes(size) + ringsBytes(size);
   RankControl& mine = control(rank_);
   mine.pid = static_cast<int32_t>(::getpid());
   mine.pidNamespace = pidNamespaceId();
@@ -200,6 +224,33 @@ ShmTransport::~ShmTransport() = default;
 RankControl& ShmTransport::control(int r) const {
   auto* ranks = reinterpret_cast<RankControl*>(reinterpret_cast<std::byte*>(ctl_) + sizeof(ControlBlock));
   return ranks[r];
+}
+
+P2pChannel ShmTransport::channel(int src, int dst) const {
+  auto* channels = reinterpret_cast<ChannelControl*>(&control(size_));
+  ChannelControl& c = channels[src * size_ + dst];
+  const size_t bytes = ringBytes(size_);
+  std::byte* rings = static_cast<std::byte*>(segment_.data()) + controlBytes(size_);
+  return {&c.written, &c.consumed, rings + static_cast<size_t>(src * size_ + dst) * bytes, bytes};
+}
+
+std::string ShmTransport::abortReason() const {
+  while (ctl_->aborted.load(std::memory_order_acquire) == 1) {
+    cpuRelax();
+  }
+  return ctl_->abortReason;
+}
+
+std::string ShmTransport::peerProblem(int r) const {
+  if (ctl_->aborted.load(std::memory_order_acquire) != 0) {
+    return c10::str("the group was aborted (", abortReason(), ")");
+  }
+  const RankControl& peer = control(r);
+  if (peer.pid > 0 && peer.pidNamespace == control(rank_).pidNamespace &&
+      !processAlive(peer.pid)) {
+    return c10::str("rank ", r, " (pid ", peer.pid, ") has died");
+  }
+  return {};
 }
 
 std::byte* ShmTransport::slot(int r, uint64_t step) const {
@@ -235,12 +286,9 @@ void ShmTransport::beginOp(const OpDescriptor& op, Clock::time_point deadline) {
   opStart_ = Clock::now();
   opFirstStep_ = nextStep_;
   if (ctl_->aborted.load(std::memory_order_acquire) != 0) {
-    while (ctl_->aborted.load(std::memory_order_acquire) != 2) {
-      cpuRelax();
-    }
     C10_THROW_ERROR(
         DistBackendError,
-        c10::str(opContext(), ": the group was aborted earlier (", ctl_->abortReason, ")"));
+        c10::str(opContext(), ": the group was aborted earlier (", abortReason(), ")"));
   }
   control(rank_).desc[nextStep_ & 1] = op;
 }
@@ -279,12 +327,8 @@ void ShmTransport::waitAll(uint64_t step) {
     uint64_t seen = word.load(std::memory_order_acquire);
     for (uint32_t spins = 0; seen < target; seen = word.load(std::memory_order_acquire)) {
       if (ctl_->aborted.load(std::memory_order_relaxed) != 0) {
-        while (ctl_->aborted.load(std::memory_order_acquire) != 2) {
-          cpuRelax();
-        }
         C10_THROW_ERROR(
-            DistBackendError,
-            c10::str(opContext(), ": the group was aborted (", ctl_->abortReason, ")"));
+            DistBackendError, c10::str(opContext(), ": the group was aborted (", abortReason(), ")"));
       }
       // Reading the clock costs ~20 ns; amortise it over a few pause instructions.
       if ((++spins & 15) != 0) {
@@ -323,11 +367,10 @@ void ShmTransport::checkPeers(uint64_t step) {
     }
   }
   for (int r : missing) {
-    const RankControl& peer = control(r);
     // A pid means something only in our pid namespace; elsewhere only the timeout can tell.
-    if (peer.pid > 0 && peer.pidNamespace == control(rank_).pidNamespace &&
-        !processAlive(peer.pid)) {
-      fail(c10::str("rank ", r, " (pid ", peer.pid, ") has died; the group is unusable"));
+    std::string problem = peerProblem(r);
+    if (!problem.empty()) {
+      fail(problem + "; the group is unusable");
     }
   }
   if (Clock::now() >= deadline_) {

@@ -4,7 +4,7 @@
 
 #include <ATen/core/jit_type.h>
 
-#include <dummy_collectives/engine.hpp>
+#include <dummy_collectives/progress.hpp>
 
 namespace dummy_collectives {
 namespace {
@@ -30,12 +30,12 @@ DummyWork::DummyWork(
     std::vector<at::Tensor> outputs,
     uint64_t seq,
     Body body,
-    std::weak_ptr<Engine> engine)
+    std::weak_ptr<Progress> progress)
     : c10d::Work(rank, opType, profilingTitle, inputs),
       outputs_(std::move(outputs)),
       seq_(seq),
       body_(std::move(body)),
-      engine_(std::move(engine)),
+      progress_(std::move(progress)),
       enqueuedAt_(std::chrono::steady_clock::now()) {}
 
 DummyWork::~DummyWork() = default;
@@ -46,7 +46,7 @@ c10::intrusive_ptr<DummyWork> DummyWork::completed(
     const char* profilingTitle,
     std::vector<at::Tensor> outputs) {
   auto work = c10::make_intrusive<DummyWork>(
-      rank, opType, profilingTitle, outputs, outputs, 0, nullptr, std::weak_ptr<Engine>());
+      rank, opType, profilingTitle, outputs, outputs, 0, nullptr, std::weak_ptr<Progress>());
   work->execute();
   return work;
 }
@@ -61,6 +61,10 @@ void DummyWork::execute() noexcept {
     }
     body_ = nullptr; // drop the tensors and state the body captured
   }
+  complete(error);
+}
+
+void DummyWork::complete(std::exception_ptr error) noexcept {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     // Under the lock: getFuture() either made its future before this (we complete it) or sees
@@ -90,8 +94,8 @@ bool DummyWork::isCompleted() {
 
 bool DummyWork::wait(std::chrono::milliseconds timeout) {
   if (!done()) {
-    if (auto engine = engine_.lock()) {
-      engine->runUntil(*this);
+    if (auto progress = progress_.lock()) {
+      progress->runUntil(*this);
     }
     // Another thread runs it: a short polite spin catches the common quick finish without a
     // sleep and wake-up; Work::wait then blocks on the condition variable.
@@ -104,6 +108,10 @@ bool DummyWork::wait(std::chrono::milliseconds timeout) {
 
 void DummyWork::synchronize() {
   // Device outputs were copied back synchronously before completion: nothing to order.
+}
+
+int DummyWork::sourceRank() const {
+  return sourceRank_.load(std::memory_order_relaxed);
 }
 
 std::vector<at::Tensor> DummyWork::result() {
@@ -124,9 +132,9 @@ c10::intrusive_ptr<c10::ivalue::Future> DummyWork::getFuture() {
   }
   if (finished) {
     completeFuture(future);
-  } else if (auto engine = engine_.lock()) {
+  } else if (auto progress = progress_.lock()) {
     // Whoever holds a future may never call wait(): make sure the worker gets to it now.
-    engine->expedite();
+    progress->expedite();
   }
   return future;
 }

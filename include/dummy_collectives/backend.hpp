@@ -14,6 +14,8 @@
 namespace dummy_collectives {
 
 class Engine;
+class P2pEngine;
+class ShmTransport;
 
 // The c10d face: validates arguments on the caller's thread (bad input never reaches the
 // wire), describes each collective as an OpDescriptor, and hands it to the engine.
@@ -32,9 +34,7 @@ class DummyBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
     return options_;
   }
-  void setTimeout(std::chrono::milliseconds timeout) override {
-    options_->timeout = timeout;
-  }
+  void setTimeout(std::chrono::milliseconds timeout) override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -94,6 +94,15 @@ class DummyBackend final : public c10d::Backend {
       std::vector<at::Tensor>& outputTensors,
       std::vector<at::Tensor>& inputTensors,
       const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(
+      std::vector<at::Tensor>& tensors,
+      int dstRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(
+      std::vector<at::Tensor>& tensors,
+      int srcRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
@@ -136,8 +145,15 @@ class DummyBackend final : public c10d::Backend {
       std::vector<at::Tensor> outputs);
 
   c10::intrusive_ptr<BackendOptions> options_;
-  std::shared_ptr<Transport> transport_; // null in zero mode
+  c10::intrusive_ptr<c10d::Work> receive(
+      std::vector<at::Tensor>& tensors,
+      int srcRank,
+      int tag,
+      const char* what);
+
+  std::shared_ptr<ShmTransport> transport_; // null in zero mode
   std::shared_ptr<Engine> engine_;
+  std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
 };
 

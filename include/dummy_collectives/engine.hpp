@@ -8,9 +8,9 @@
 
 #include <c10/util/intrusive_ptr.h>
 
-namespace dummy_collectives {
+#include <dummy_collectives/progress.hpp>
 
-class DummyWork;
+namespace dummy_collectives {
 
 // Runs a backend's collectives one at a time, in issue order (every rank issues its collectives
 // in the same order, so every rank runs them in the same order).
@@ -20,7 +20,7 @@ class DummyWork;
 // latency budget). The engine's own worker thread runs whatever nobody waits on: it leaves a
 // just-issued collective alone for a short grace period, in which a synchronous caller's wait()
 // claims it, so a tight loop of blocking collectives never wakes the worker.
-class Engine {
+class Engine final : public Progress {
  public:
   struct Timing {
     std::chrono::microseconds grace{50};      // how long the worker leaves a new op to wait()
@@ -29,7 +29,7 @@ class Engine {
   };
 
   explicit Engine(Timing timing);
-  ~Engine(); // runs what is queued, then stops the worker
+  ~Engine() override; // runs what is queued, then stops the worker
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -37,11 +37,11 @@ class Engine {
 
   // Asks the worker to run queued work now rather than after the grace period: somebody
   // (a future callback, DDP) depends on progress without calling wait().
-  void expedite();
+  void expedite() override;
 
   // Runs queued work on the calling thread until `work` has run; if another thread is running
   // the queue, returns at once (the caller then blocks on the Work).
-  void runUntil(const DummyWork& work);
+  void runUntil(const DummyWork& work) override;
 
  private:
   c10::intrusive_ptr<DummyWork> pop();

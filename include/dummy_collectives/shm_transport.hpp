@@ -13,6 +13,17 @@ namespace dummy_collectives {
 
 struct ControlBlock;
 struct RankControl;
+struct ChannelControl;
+
+// A one-way byte ring between two ranks (point-to-point). The sender advances `written`, the
+// receiver `consumed`; both count bytes since the group began, so `written - consumed` is the
+// fill level and positions are taken modulo `bytes`.
+struct P2pChannel {
+  std::atomic<uint64_t>* written;
+  std::atomic<uint64_t>* consumed;
+  std::byte* ring;
+  size_t bytes;
+};
 
 // How a rank waits for its peers. Busy polling gives the lowest latency while ranks have a core
 // each; once ranks outnumber cores, polling steals the core the awaited peer needs, so the wait
@@ -55,11 +66,17 @@ class ShmTransport final : public Transport {
   const void* readSlot(int r) const override;
   void abort(const std::string& reason) override;
 
+  // The ring carrying point-to-point messages from rank `src` to rank `dst`.
+  P2pChannel channel(int src, int dst) const;
+  // Why rank r can no longer take part (it died, or the group was aborted); empty if it can.
+  std::string peerProblem(int r) const;
+
   // Bytes of shared memory a group of `size` ranks maps.
   static size_t segmentBytes(int size, size_t slotBytes);
 
  private:
   RankControl& control(int r) const;
+  std::string abortReason() const;
   std::byte* slot(int r, uint64_t step) const;
   // Waits until every rank has published `step`; raises on abort, timeout or a dead peer.
   void waitAll(uint64_t step);
@@ -81,7 +98,6 @@ class ShmTransport final : public Transport {
   OpDescriptor op_;
   Clock::time_point deadline_;
   Clock::time_point opStart_;
-  std::vector<bool> peerVisible_; // whether this process can see a peer's pid (liveness checks)
 };
 
 } // namespace dummy_collectives

@@ -11,7 +11,7 @@
 
 namespace dummy_collectives {
 
-class Engine;
+class Progress;
 
 // One issued collective. Completed by whichever thread runs it (see Engine); wait() lends the
 // waiting thread to the engine. The future is made on first request, so collectives nobody asks
@@ -28,7 +28,7 @@ class DummyWork final : public c10d::Work {
       std::vector<at::Tensor> outputs,
       uint64_t seq,
       Body body,
-      std::weak_ptr<Engine> engine);
+      std::weak_ptr<Progress> progress);
   ~DummyWork() override;
 
   bool isCompleted() override;
@@ -49,6 +49,13 @@ class DummyWork final : public c10d::Work {
 
   // Runs the body and completes the Work; the engine calls it exactly once.
   void execute() noexcept;
+  // Completes a Work that has no body (point-to-point), with `error` if it failed.
+  void complete(std::exception_ptr error) noexcept;
+  // recvAnysource: the rank the message came from.
+  int sourceRank() const override;
+  void setSourceRank(int rank) {
+    sourceRank_.store(rank, std::memory_order_relaxed);
+  }
   bool done() const {
     return done_.load(std::memory_order_acquire);
   }
@@ -62,7 +69,8 @@ class DummyWork final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   uint64_t seq_;
   Body body_;
-  std::weak_ptr<Engine> engine_;
+  std::weak_ptr<Progress> progress_;
+  std::atomic<int> sourceRank_{-1};
   std::chrono::steady_clock::time_point enqueuedAt_;
   std::atomic<bool> done_{false};
   std::exception_ptr error_; // set with done_, under mutex_
