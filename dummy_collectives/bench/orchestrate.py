@@ -1,0 +1,115 @@
+"""One benchmark run: baselines, then each world size's ranks and peers, then the report."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from dummy_collectives.bench import baseline
+from dummy_collectives.bench.machine import machine_info
+from dummy_collectives.bench.peers import (
+    deepspeed_status,
+    openmpi_status,
+    remove_deepspeed_segments,
+    run_openmpi,
+)
+from dummy_collectives.bench.plan import Plan, WorldSpec
+from dummy_collectives.bench.plot import plot
+from dummy_collectives.bench.report import (
+    RunData,
+    format_bw,
+    format_time,
+    markdown,
+    progress_line,
+    write,
+)
+from dummy_collectives.bench.results import Result
+from dummy_collectives.bench.sizes import format_size
+from dummy_collectives.bench.spawn import free_port, run_world
+from dummy_collectives.bench.targets import evaluate
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _emit(result: Result) -> None:
+    _say(progress_line(result))
+
+
+def _baselines(run: RunData, device: torch.device) -> None:
+    """memcpy at every size and the c10d floor, in this (single-threaded) process."""
+    for size in run.plan.sizes:
+        copy = baseline.memcpy(size, device, run.plan.timing)
+        run.memcpy.append(copy)
+        _say(
+            f"[memcpy {format_size(size)} {device.type}] {format_time(copy.time_s)}"
+            f"  {format_bw(copy.algbw)} GB/s"
+        )
+    run.floor = baseline.c10d_floor(run.plan.timing)
+    floor = format_time(run.floor.time_s) if run.floor.ok else run.floor.note
+    _say(f"[c10d floor: FakeProcessGroup all_reduce 4B] {floor}")
+
+
+def _worlds(run: RunData) -> None:
+    deepspeed, openmpi = run.peers
+    for ws in run.plan.world_sizes:
+        spec = WorldSpec(run.plan, ws, free_port(), deepspeed=deepspeed.available)
+        _say(
+            f"[ws={ws}] starting {ws} rank processes ({', '.join(run.plan.backends)}"
+            f"{', deepspeed' if deepspeed.available else ''})"
+        )
+        outcome = run_world(spec, _emit)
+        if deepspeed.available:
+            remove_deepspeed_segments(spec.port, ws)
+        if openmpi.available:
+            _say(f"[ws={ws}] running Open MPI: mpirun -np {ws}")
+            mpi = run_openmpi(run.plan, ws, _emit)
+            outcome.results += mpi.results
+            outcome.notes += mpi.notes
+        for note in outcome.notes:
+            _say(f"[ws={ws}] note: {note}")
+        run.results += outcome.results
+        run.notes += outcome.notes
+
+
+def _finish(run: RunData, out: Path, plot_png: bool) -> None:
+    if hasattr(os, "getloadavg"):
+        run.machine["load_average_end"] = list(os.getloadavg())
+    run.verdicts = evaluate(run.results, run.plan.device)
+    text = markdown(run)
+    md_path, json_path = write(run, out)
+    _say("\n" + text)
+    written = [str(md_path), str(json_path)]
+    if plot_png:
+        png, why = plot(run, out)
+        if png is None:
+            _say(why)
+        else:
+            written.append(str(png))
+    _say("written: " + ", ".join(written))
+
+
+def run(plan: Plan, out: Path, plot_png: bool = True) -> int:
+    """Measures the plan, prints progress and the report, writes it into ``out``."""
+    torch.set_num_threads(1)
+    data = RunData(machine_info(plan.device), plan, [deepspeed_status(plan), openmpi_status(plan)])
+    m = data.machine
+    _say(
+        f"dummy_collectives bench: {m['cpu_model']}, {m['usable_cores']} cores, "
+        f"torch {m['torch']}, device {plan.device}"
+    )
+    for peer in data.peers:
+        _say(f"  {peer.detail}")
+    if plan.device == "cuda" and not torch.cuda.is_available():
+        note = f"--device cuda: skipped, CUDA is not available here (torch {torch.__version__})"
+        _say(note)
+        data.notes.append(note)
+        _finish(data, out, plot_png=False)
+        return 0
+    _baselines(data, torch.device(plan.device))
+    _worlds(data)
+    _finish(data, out, plot_png)
+    return 0

@@ -1,0 +1,219 @@
+"""Output: progress lines, the Markdown report and the JSON file of a run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dummy_collectives.bench.peers import PeerStatus
+from dummy_collectives.bench.plan import DUMMY, Plan
+from dummy_collectives.bench.results import Result
+from dummy_collectives.bench.sizes import format_size
+from dummy_collectives.bench.targets import SMALL_MAX, Verdict
+
+BACKEND_ORDER = ("dummy", "gloo", "nccl", "deepspeed", "openmpi")
+GB = 1e9
+LOADED = 1.0  # a 1-minute load average at which the header warns of noise
+
+
+@dataclass
+class RunData:
+    """Everything one run measured and decided."""
+
+    machine: dict[str, Any]
+    plan: Plan
+    peers: list[PeerStatus]
+    floor: Result | None = None
+    memcpy: list[Result] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def memcpy_at(self, size: int) -> Result | None:
+        """The memcpy measurement at ``size`` bytes, if any."""
+        return next((r for r in self.memcpy if r.size == size and r.ok), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """All raw numbers, for JSON."""
+        return {
+            "machine": self.machine,
+            "settings": asdict(self.plan),
+            "peers": [asdict(peer) for peer in self.peers],
+            "floor": self.floor.to_dict() if self.floor else None,
+            "memcpy": [r.to_dict() for r in self.memcpy],
+            "results": [r.to_dict() for r in self.results],
+            "targets": [v.to_dict() for v in self.verdicts],
+            "notes": self.notes,
+            "units": {"time": "seconds per operation", "bandwidth": "bytes per second"},
+        }
+
+
+def format_time(seconds: float) -> str:
+    """``12.3 us``, ``1.77 ms``, ``1.2 s`` (3 significant digits)."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"
+
+
+def format_bw(bytes_per_s: float) -> str:
+    """Bandwidth in GB/s (10^9 bytes per second), 3 significant digits."""
+    return f"{bytes_per_s / GB:.3g}"
+
+
+def progress_line(result: Result) -> str:
+    """``[ws=2 allreduce 1MiB dummy] 12.3 us  algbw ... busbw ...`` or the skip reason."""
+    head = (
+        f"[ws={result.world_size} {result.collective} {format_size(result.size)} {result.backend}]"
+    )
+    if not result.ok:
+        return f"{head} {result.status}: {result.note}"
+    return (
+        f"{head} {format_time(result.time_s)}  algbw {format_bw(result.algbw)} GB/s"
+        f"  busbw {format_bw(result.busbw)} GB/s  (best of {len(result.rounds_s)} rounds,"
+        f" {result.iters} it, median {format_time(result.median_s)})"
+    )
+
+
+def _cell_time(result: Result | None) -> str:
+    if result is None:
+        return "–"
+    return format_time(result.time_s) if result.ok else result.status
+
+
+def _cell_bw(result: Result | None) -> str:
+    return format_bw(result.busbw) if result is not None and result.ok else "–"
+
+
+def _ratio(dummy: Result | None, other: Result | None) -> str:
+    if dummy is None or other is None or not dummy.ok or not other.ok:
+        return "–"
+    return f"{other.time_s / dummy.time_s:.2f}x"
+
+
+def _of_memcpy(result: Result | None, copy: Result | None) -> str:
+    if result is None or copy is None or not result.ok or result.busbw <= 0:
+        return "–"
+    return f"{100 * result.busbw / copy.algbw:.1f}%"
+
+
+def _table(run: RunData, ws: int, collective: str) -> list[str]:
+    rows = [r for r in run.results if r.world_size == ws and r.collective == collective]
+    if not rows:
+        return []
+    backends = [b for b in BACKEND_ORDER if any(r.backend == b for r in rows)]
+    others = [b for b in backends if b != DUMMY] if DUMMY in backends else []
+    allreduce = collective == "allreduce"
+    head = ["size"] + [f"{b} time" for b in backends]
+    head += ["c10d floor"] if allreduce and run.floor and run.floor.ok else []
+    head += [f"{b} busbw GB/s" for b in backends]
+    head += [f"dummy speed-up vs {b}" for b in others]
+    head += ["dummy busbw / memcpy"] if DUMMY in backends else []
+    head += ["target"] if allreduce else []
+    lines = [f"### {collective}, {ws} ranks", "", "| " + " | ".join(head) + " |"]
+    lines.append("|" + "|".join("---" for _ in head) + "|")
+    verdicts = {v.size: v.verdict for v in run.verdicts if v.world_size == ws}
+    for size in run.plan.sizes:
+        by = {r.backend: r for r in rows if r.size == size}
+        cells = [format_size(size)] + [_cell_time(by.get(b)) for b in backends]
+        if allreduce and run.floor and run.floor.ok:
+            cells.append(format_time(run.floor.time_s) if size <= SMALL_MAX else "")
+        cells += [_cell_bw(by.get(b)) for b in backends]
+        cells += [_ratio(by.get(DUMMY), by.get(b)) for b in others]
+        if DUMMY in backends:
+            cells.append(_of_memcpy(by.get(DUMMY), run.memcpy_at(size)))
+        if allreduce:
+            cells.append(verdicts.get(size, "n.a."))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _header(run: RunData) -> list[str]:
+    m, t = run.machine, run.plan.timing
+    lines = [
+        f"# dummy_collectives benchmark, {m['date']}",
+        "",
+        f"- machine: {m['cpu_model']}, {m['cpu_count']} cores ({m['usable_cores']} usable), "
+        f"load average at start {', '.join(f'{x:.2f}' for x in m['load_average'] or [])}",
+        f"- software: torch {m['torch']}, Python {m['python']}, dummy_collectives "
+        f"{m['dummy_collectives']} ({m['git_commit']}), device {m['device']}",
+        f"- timing: best of {t.rounds} rounds of ~{t.round_time:g} s (after up to {t.warmup} "
+        "warm-up iterations), each started by a barrier, max over ranks; float32; "
+        "torch.set_num_threads(1) in every rank",
+        "- busbw per NCCL-tests (allreduce: algbw * 2(n-1)/n; allgather, reduce_scatter, "
+        "alltoall, gather, scatter: algbw * (n-1)/n, size = the total buffer; broadcast, reduce: "
+        "algbw); speed-up = other backend's time / dummy's time",
+    ]
+    load, cores = (m.get("load_average") or [0.0])[0], m.get("usable_cores") or 1
+    if load >= LOADED:
+        lines.append(
+            f"- **noisy**: load average {load:.2f} on {cores} cores when the run started "
+            f"({', '.join(f'{x:.2f}' for x in m.get('load_average_end') or [])} at the end): "
+            "other processes shared the CPU"
+        )
+    if run.floor is not None:
+        floor = format_time(run.floor.time_s) if run.floor.ok else f"{run.floor.status}"
+        lines.append(f"- c10d floor (FakeProcessGroup, all_reduce of 1 float32): {floor}")
+    lines += [f"- {peer.detail}" for peer in run.peers]
+    return lines + [""]
+
+
+def _memcpy_table(run: RunData) -> list[str]:
+    if not run.memcpy:
+        return []
+    lines = ["## memcpy (single-thread torch.Tensor.copy_)", "", "| size | time | GB/s |"]
+    lines.append("|---|---|---|")
+    for r in run.memcpy:
+        lines.append(f"| {format_size(r.size)} | {format_time(r.time_s)} | {format_bw(r.algbw)} |")
+    return lines + [""]
+
+
+def _targets_table(run: RunData) -> list[str]:
+    if not run.verdicts:
+        return []
+    lines = [
+        "## Targets (CPU allreduce)",
+        "",
+        "<= 4 KiB: >= 20x faster than gloo and no slower than the faster peer; "
+        ">= 1 MiB: >= 3x gloo's busbw and ahead of both peers.",
+        "",
+        "| ranks | size | verdict | details |",
+        "|---|---|---|---|",
+    ]
+    for v in run.verdicts:
+        lines.append(
+            f"| {v.world_size} | {format_size(v.size)} | {v.verdict} | {'; '.join(v.parts)} |"
+        )
+    return lines + [""]
+
+
+def _notes(run: RunData) -> list[str]:
+    seen: list[str] = list(run.notes)
+    for r in run.results:
+        if not r.ok:
+            text = f"{r.backend} {r.collective} (ws={r.world_size}): {r.status}: {r.note}"
+            if text not in seen:
+                seen.append(text)
+    return ["## Notes", ""] + [f"- {text}" for text in seen] + [""] if seen else []
+
+
+def markdown(run: RunData) -> str:
+    """The whole report as Markdown."""
+    lines = _header(run) + ["## Results", ""]
+    for ws in run.plan.world_sizes:
+        for collective in run.plan.collectives:
+            lines += _table(run, ws, collective)
+    lines += _targets_table(run) + _memcpy_table(run) + _notes(run)
+    return "\n".join(lines)
+
+
+def write(run: RunData, out: Path) -> tuple[Path, Path]:
+    """Writes ``report.md`` and ``results.json`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    md_path, json_path = out / "report.md", out / "results.json"
+    md_path.write_text(markdown(run) + "\n")
+    json_path.write_text(json.dumps(run.to_dict(), indent=2) + "\n")
+    return md_path, json_path

@@ -1,0 +1,119 @@
+"""The project's targets for CPU allreduce, evaluated on the results of one run.
+
+- messages <= 4 KiB: at least 20x faster than gloo, and no slower than the faster of
+  DeepSpeed and Open MPI;
+- messages >= 1 MiB: at least 3x gloo's busbw, and ahead of both peers.
+
+A part whose reference was not measured is "n.a."; the verdict is PASS when every part that
+could be evaluated passes, FAIL when one fails, and "n.a." when none could be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dummy_collectives.bench.plan import DEEPSPEED, DUMMY, GLOO, OPENMPI
+from dummy_collectives.bench.results import Result
+from dummy_collectives.bench.sizes import KIB, MIB
+
+SMALL_MAX = 4 * KIB
+LARGE_MIN = 1 * MIB
+SMALL_VS_GLOO = 20.0
+LARGE_VS_GLOO = 3.0
+PEER_NAMES = {DEEPSPEED: "DeepSpeed", OPENMPI: "Open MPI"}
+
+PASS = "PASS"
+FAIL = "FAIL"
+NA = "n.a."
+
+
+@dataclass
+class Verdict:
+    """The target's verdict for one (world size, size) of CPU allreduce."""
+
+    world_size: int
+    size: int
+    verdict: str
+    parts: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return asdict(self)
+
+
+Table = dict[str, Result]
+
+
+def _small(dummy: Result, others: Table, parts: list[str]) -> list[bool]:
+    checks = []
+    gloo = others.get(GLOO)
+    if gloo is not None:
+        ratio = gloo.time_s / dummy.time_s
+        checks.append(ratio >= SMALL_VS_GLOO)
+        parts.append(f"{ratio:.1f}x faster than gloo (need >= {SMALL_VS_GLOO:g}x)")
+    else:
+        parts.append("gloo: n.a.")
+    peers = [others[name] for name in PEER_NAMES if name in others]
+    if peers:
+        best = min(peers, key=lambda result: result.time_s)
+        ratio = best.time_s / dummy.time_s
+        checks.append(dummy.time_s <= best.time_s)
+        parts.append(f"{ratio:.2f}x vs the faster peer, {PEER_NAMES[best.backend]} (need >= 1x)")
+    else:
+        parts.append("peers: n.a.")
+    return checks
+
+
+def _large(dummy: Result, others: Table, parts: list[str]) -> list[bool]:
+    checks = []
+    gloo = others.get(GLOO)
+    if gloo is not None:
+        ratio = dummy.busbw / gloo.busbw
+        checks.append(ratio >= LARGE_VS_GLOO)
+        parts.append(f"{ratio:.1f}x gloo's busbw (need >= {LARGE_VS_GLOO:g}x)")
+    else:
+        parts.append("gloo: n.a.")
+    for name, label in PEER_NAMES.items():
+        peer = others.get(name)
+        if peer is None:
+            parts.append(f"{label}: n.a.")
+            continue
+        ratio = dummy.busbw / peer.busbw
+        checks.append(ratio > 1.0)
+        parts.append(f"{ratio:.2f}x {label}'s busbw (need > 1x)")
+    return checks
+
+
+def evaluate_point(world_size: int, size: int, table: Table, device: str) -> Verdict:
+    """The verdict at one (world size, size), from the measured results there by backend."""
+    verdict = Verdict(world_size, size, NA)
+    if device != "cpu" or world_size < 2:
+        verdict.parts.append("targets are for CPU allreduce on 2 or more ranks")
+        return verdict
+    if SMALL_MAX < size < LARGE_MIN:
+        verdict.parts.append("no target between 4 KiB and 1 MiB")
+        return verdict
+    dummy = table.get(DUMMY)
+    if dummy is None:
+        verdict.verdict = FAIL
+        verdict.parts.append("dummy not measured")
+        return verdict
+    others = {name: result for name, result in table.items() if name != DUMMY}
+    small = size <= SMALL_MAX
+    checks = (_small if small else _large)(dummy, others, verdict.parts)
+    if checks:
+        verdict.verdict = PASS if all(checks) else FAIL
+    return verdict
+
+
+def evaluate(results: list[Result], device: str) -> list[Verdict]:
+    """Verdicts for every (world size, size) at which allreduce was attempted."""
+    tables: dict[tuple[int, int], Table] = {}
+    for result in results:
+        if result.collective != "allreduce":
+            continue
+        table = tables.setdefault((result.world_size, result.size), {})
+        if result.ok:
+            table[result.backend] = result
+    return [evaluate_point(ws, size, table, device) for (ws, size), table in sorted(tables.items())]
