@@ -1,0 +1,42 @@
+"""Shared pytest fixtures: a session-wide cache of multi-process rank pools."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from harness import PoolCache, RankPool, backend_module_importable, backend_under_test
+from support import PoolFactory
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: takes several seconds (still run by default)")
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    importable = backend_module_importable()
+    return (
+        f"collective backend under test: {backend_under_test()!r}"
+        f" (registration module importable: {importable}; set DC_TEST_BACKEND to change)"
+    )
+
+
+@pytest.fixture(scope="session")
+def pool_cache() -> Iterator[PoolCache]:
+    """All rank pools of the session; they are shut down at the end."""
+    cache = PoolCache()
+    try:
+        yield cache
+    finally:
+        cache.close_all()
+
+
+@pytest.fixture
+def pool(pool_cache: PoolCache) -> PoolFactory:
+    """``pool(world_size, backend=None)`` -> a cached, already started RankPool."""
+
+    def factory(world_size: int, backend: str | None = None) -> RankPool:
+        return pool_cache.get(world_size, backend)
+
+    return factory

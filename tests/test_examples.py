@@ -1,0 +1,61 @@
+"""examples/tutorial.py runs and prints the tutorial's output."""
+
+from __future__ import annotations
+
+import harness
+import pytest
+import support
+import torch
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not harness.backend_module_importable("dummy_collectives"),
+        reason="dummy_collectives is not importable (build it first)",
+    ),
+]
+
+TUTORIAL = support.REPO_ROOT / "examples" / "tutorial.py"
+CPU_LINE = "cpu allreduce: tensor([1., 1., 1., 1., 1., 1.])"
+CUDA_ONES = "cuda allreduce: tensor([1., 1., 1., 1., 1., 1.], device='cuda:0')"
+CUDA_ZEROS = "cuda allreduce: tensor([0., 0., 0., 0., 0., 0.], device='cuda:0')"
+BROADCAST_LINE = "got RuntimeError when calling broadcast"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = support.subprocess_env(**extra)
+    for name in ("DUMMY_COLLECTIVES_MODE", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def test_tutorial_under_torchrun() -> None:
+    proc = support.run_subprocess(support.torchrun_command(1, TUTORIAL), _env())
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    lines = proc.stdout.splitlines()
+    assert CPU_LINE in lines, proc.stdout
+    if torch.cuda.is_available():
+        assert CUDA_ONES in lines, proc.stdout
+        assert BROADCAST_LINE not in lines, proc.stdout
+    else:
+        assert not any(line.startswith("cuda") for line in lines), proc.stdout
+
+
+def test_tutorial_zero_mode_standalone() -> None:
+    """Plain ``python examples/tutorial.py`` in the tutorial's (zero) mode."""
+    env = _env(
+        DUMMY_COLLECTIVES_MODE="zero",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(harness.free_port()),
+    )
+    proc = support.run_subprocess([support.sys.executable, str(TUTORIAL)], env)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    lines = proc.stdout.splitlines()
+    # CPU tensors go to gloo: unaffected by the dummy backend's mode.
+    assert CPU_LINE in lines, proc.stdout
+    if torch.cuda.is_available():
+        assert CUDA_ZEROS in lines, proc.stdout
+        assert BROADCAST_LINE in lines, proc.stdout
+    else:
+        assert lines == [CPU_LINE], proc.stdout
