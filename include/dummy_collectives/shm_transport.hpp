@@ -28,8 +28,13 @@ struct P2pChannel {
 // How a rank waits for its peers. Busy polling gives the lowest latency while ranks have a core
 // each; once ranks outnumber cores, polling steals the core the awaited peer needs, so the wait
 // yields and then sleeps on a futex that the publishing rank wakes.
+//
+// The spin budget is long (1 ms) when ranks have a core each: a peer that is merely late (still
+// in Python, or briefly preempted by another process) costs microseconds to wait for by
+// polling, but a yield hands the core to whatever else is runnable for a whole scheduler slice.
+// That is what DeepSpeed's and Open MPI's shared-memory paths do too (they poll indefinitely).
 struct WaitPolicy {
-  std::chrono::nanoseconds spin{std::chrono::microseconds(50)};
+  std::chrono::nanoseconds spin{std::chrono::milliseconds(1)};
   std::chrono::nanoseconds yield{std::chrono::milliseconds(2)};
   // How often a long wait checks that the ranks it waits for are still alive.
   std::chrono::nanoseconds livenessPeriod{std::chrono::milliseconds(50)};
