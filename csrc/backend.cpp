@@ -2,8 +2,10 @@
 
 #include <cstring>
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
+#include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 
 #include <dummy_collectives/algorithms.hpp>
 #include <dummy_collectives/engine.hpp>
@@ -170,6 +172,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     std::chrono::milliseconds timeout,
     Algorithm algorithm) {
   op.seq = ++seq_;
+  recordParamComms(op, inputs, outputs);
   const auto limit = timeout == c10d::kUnsetTimeout ? options_->timeout : timeout;
   // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
   auto body = [transport = transport_.get(), op, limit, algorithm = std::move(algorithm)]() {
@@ -201,6 +204,40 @@ OpDescriptor DummyBackend::describe(
 
 void DummyBackend::requireReal(const char* collective) const {
   TORCH_CHECK(mode() == Mode::kReal, "dummy ", collective, zeroModeUnsupported);
+}
+
+void DummyBackend::recordParamComms(
+    const OpDescriptor& op,
+    const std::vector<at::Tensor>& inputs,
+    const std::vector<at::Tensor>& outputs) const {
+  // What the built-in backends record for profilers and trace tools ("record_param_comms" with
+  // sizes, dtype, group). The macro allocates, so pay for it only while somebody listens.
+  if (!at::hasCallbacks()) {
+    return;
+  }
+  auto total = [](const std::vector<at::Tensor>& tensors) {
+    int64_t n = 0;
+    for (const auto& t : tensors) {
+      n += t.numel();
+    }
+    return n;
+  };
+  const auto dtype = op.dtype >= 0 ? static_cast<at::ScalarType>(op.dtype) : at::kByte;
+  RECORD_PARAM_COMMS_DATA(
+      std::make_tuple(static_cast<int64_t>(op.seq), false),
+      std::make_tuple(getGroupUid(), getGroupDesc()),
+      inputs,
+      outputs,
+      getRank(),
+      std::string(collectiveName(op.kind)),
+      total(inputs),
+      total(outputs),
+      dtype,
+      std::vector<int64_t>(),
+      std::vector<int64_t>(),
+      -1,
+      -1,
+      getSize());
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::zeroed(

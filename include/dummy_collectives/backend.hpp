@@ -131,6 +131,10 @@ class DummyBackend final : public c10d::Backend {
       int reduceOp = -1,
       int count = 1);
   void requireReal(const char* collective) const;
+  void recordParamComms(
+      const OpDescriptor& op,
+      const std::vector<at::Tensor>& inputs,
+      const std::vector<at::Tensor>& outputs) const;
   // _reduce_scatter_base and reduce_scatter_tensor_coalesced: outputs[i] receives part rank()
   // of the reduction of every rank's inputs[i].
   c10::intrusive_ptr<c10d::Work> reduceScatterTensors(
