@@ -8,13 +8,39 @@ Install with: pip install --no-build-isolation -e .
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
-import torch
-from setuptools import setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
-
 ROOT = Path(__file__).resolve().parent
+
+
+def locate_cuda_toolkit() -> None:
+    """Sets CUDA_HOME when the nvcc on PATH is a wrapper outside the toolkit.
+
+    torch guesses the toolkit as the parent of nvcc's directory; for a wrapper such as
+    /usr/local/bin/nvcc that is /usr/local, and linking then fails with "cannot find -lcudart".
+    Must run before torch.utils.cpp_extension is imported (it reads CUDA_HOME at import).
+    """
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return
+    guess = Path(nvcc).resolve().parent.parent
+    if not (guess / "include" / "cuda_runtime.h").exists() and Path("/usr/local/cuda").exists():
+        os.environ["CUDA_HOME"] = "/usr/local/cuda"
+
+
+locate_cuda_toolkit()
+
+import torch  # noqa: E402
+from setuptools import setup  # noqa: E402
+from torch.utils.cpp_extension import (  # noqa: E402
+    CUDA_HOME,
+    BuildExtension,
+    CppExtension,
+    CUDAExtension,
+)
 
 
 def listed(name: str) -> list[str]:

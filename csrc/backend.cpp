@@ -864,7 +864,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
           std::vector<algorithms::Span> result;
           for (auto& tensor : tensors) {
             result.push_back(
-                {static_cast<std::byte*>(tensor.data_ptr()), tensor.numel() * tensor.element_size()});
+                {static_cast<std::byte*>(tensor.data_ptr()),
+                 static_cast<size_t>(tensor.numel()) * tensor.element_size()});
           }
           return result;
         };
