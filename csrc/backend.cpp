@@ -163,6 +163,7 @@ void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
   }
 }
 
+template <typename Algorithm>
 c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     OpDescriptor op,
     c10d::OpType opType,
@@ -172,7 +173,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     std::chrono::milliseconds timeout,
     Algorithm algorithm) {
   op.seq = ++seq_;
-  recordParamComms(op, inputs, outputs);
+  if (at::hasCallbacks()) { // a profiler or another observer listens
+    recordParamComms(op, inputs, outputs);
+  }
   const auto limit = timeout == c10d::kUnsetTimeout ? options_->timeout : timeout;
   // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
   auto body = [transport = transport_.get(), op, limit, algorithm = std::move(algorithm)]() {
@@ -180,7 +183,14 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     algorithm(*transport);
   };
   auto work = c10::make_intrusive<DummyWork>(
-      getRank(), opType, profilingTitle, inputs, std::move(outputs), op.seq, std::move(body), engine_);
+      getRank(),
+      opType,
+      profilingTitle,
+      inputs,
+      std::move(outputs),
+      op.seq,
+      std::move(body),
+      engine_);
   engine_->enqueue(work);
   return work;
 }
@@ -211,10 +221,7 @@ void DummyBackend::recordParamComms(
     const std::vector<at::Tensor>& inputs,
     const std::vector<at::Tensor>& outputs) const {
   // What the built-in backends record for profilers and trace tools ("record_param_comms" with
-  // sizes, dtype, group). The macro allocates, so pay for it only while somebody listens.
-  if (!at::hasCallbacks()) {
-    return;
-  }
+  // sizes, dtype, group). The caller checks that somebody listens: the macro allocates.
   auto total = [](const std::vector<at::Tensor>& tensors) {
     int64_t n = 0;
     for (const auto& t : tensors) {

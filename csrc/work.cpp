@@ -3,6 +3,7 @@
 #include <thread>
 
 #include <ATen/core/jit_type.h>
+#include <ATen/record_function.h>
 
 #include <dummy_collectives/progress.hpp>
 
@@ -31,7 +32,13 @@ DummyWork::DummyWork(
     uint64_t seq,
     Body body,
     std::weak_ptr<Progress> progress)
-    : c10d::Work(rank, opType, profilingTitle, inputs),
+    // c10d::Work allocates a RecordFunction and copies the inputs whenever it gets a title:
+    // give it one only while a profiler (or another observer) listens.
+    : c10d::Work(
+          rank,
+          opType,
+          at::hasCallbacks() ? profilingTitle : nullptr,
+          at::hasCallbacks() ? std::optional<std::vector<at::Tensor>>(inputs) : std::nullopt),
       outputs_(std::move(outputs)),
       seq_(seq),
       body_(std::move(body)),

@@ -111,9 +111,8 @@ class DummyBackend final : public c10d::Backend {
   }
 
  private:
-  // A collective's work on the engine thread, given the transport.
-  using Algorithm = std::function<void(Transport&)>;
-
+  // Enqueues a collective; `algorithm(Transport&)` runs on the engine thread.
+  template <typename Algorithm>
   c10::intrusive_ptr<c10d::Work> submit(
       OpDescriptor op,
       c10d::OpType opType,
