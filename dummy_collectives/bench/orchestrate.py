@@ -10,9 +10,10 @@ import torch
 from dummy_collectives.bench import baseline
 from dummy_collectives.bench.machine import machine_info
 from dummy_collectives.bench.peers import (
+    Outcome,
     deepspeed_status,
     openmpi_status,
-    remove_deepspeed_segments,
+    run_deepspeed,
     run_openmpi,
 )
 from dummy_collectives.bench.plan import Plan, WorldSpec
@@ -54,16 +55,19 @@ def _baselines(run: RunData, device: torch.device) -> None:
 
 
 def _worlds(run: RunData) -> None:
+    """Per world size, one after the other: the torch ranks, DeepSpeed's ranks, Open MPI."""
     deepspeed, openmpi = run.peers
     for ws in run.plan.world_sizes:
-        spec = WorldSpec(run.plan, ws, free_port(), deepspeed=deepspeed.available)
-        _say(
-            f"[ws={ws}] starting {ws} rank processes ({', '.join(run.plan.backends)}"
-            f"{', deepspeed' if deepspeed.available else ''})"
-        )
-        outcome = run_world(spec, _emit)
+        if run.plan.backends:
+            _say(f"[ws={ws}] starting {ws} rank processes ({', '.join(run.plan.backends)})")
+            outcome = run_world(WorldSpec(run.plan, ws, free_port()), _emit)
+        else:
+            outcome = Outcome()
         if deepspeed.available:
-            remove_deepspeed_segments(spec.port, ws)
+            _say(f"[ws={ws}] starting {ws} DeepSpeed rank processes (OMP_NUM_THREADS=1)")
+            ds = run_deepspeed(run.plan, ws, free_port(), _emit)
+            outcome.results += ds.results
+            outcome.notes += ds.notes
         if openmpi.available:
             _say(f"[ws={ws}] running Open MPI: mpirun -np {ws}")
             mpi = run_openmpi(run.plan, ws, _emit)

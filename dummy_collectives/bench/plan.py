@@ -1,8 +1,13 @@
-"""What one benchmark run measures; picklable, so the rank processes receive it as is."""
+"""What one benchmark run measures; picklable, so the rank processes receive it as is.
+
+The peers started as separate programs (:mod:`.deepspeed_peer`) get it as JSON instead.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from dummy_collectives.bench.timing import TimingConfig
 
@@ -35,6 +40,19 @@ class Plan:
         """(collective, size) pairs measured for each backend in one world size."""
         return len(self.collectives) * len(self.sizes)
 
+    def to_json(self) -> str:
+        """The plan as one line of JSON (for a peer's command line)."""
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        """The inverse of :meth:`to_json`."""
+        data: dict[str, Any] = json.loads(text)
+        for name in ("collectives", "sizes", "world_sizes", "backends", "peers"):
+            data[name] = tuple(data[name])
+        data["timing"] = TimingConfig(**data["timing"])
+        return cls(**data)
+
 
 @dataclass(frozen=True)
 class WorldSpec:
@@ -43,4 +61,3 @@ class WorldSpec:
     plan: Plan
     world_size: int
     port: int
-    deepspeed: bool

@@ -142,7 +142,8 @@ def _header(run: RunData) -> list[str]:
         f"{m['dummy_collectives']} ({m['git_commit']}), device {m['device']}",
         f"- timing: best of {t.rounds} rounds of ~{t.round_time:g} s (after up to {t.warmup} "
         "warm-up iterations), each started by a barrier, max over ranks; float32; "
-        "torch.set_num_threads(1) in every rank",
+        "torch.set_num_threads(1) in every rank; DeepSpeed and Open MPI in processes of their "
+        "own (DeepSpeed's with OMP_NUM_THREADS=1)",
         "- busbw per NCCL-tests (allreduce: algbw * 2(n-1)/n; allgather, reduce_scatter, "
         "alltoall, gather, scatter: algbw * (n-1)/n, size = the total buffer; broadcast, reduce: "
         "algbw); speed-up = other backend's time / dummy's time",

@@ -2,9 +2,10 @@
 
 Each rank sets ``torch.set_num_threads(1)``, initialises the default process group with gloo
 (it is also the control group: barriers and max-over-ranks go through it) and creates one
-group per other backend with ``dist.new_group(backend=...)``; DeepSpeed's shm allreduce is
-set up on top when requested. The ranks then measure every (collective, size, backend)
-point in the same order; rank 0 sends each result to the parent through ``queue``.
+group per other backend with ``dist.new_group(backend=...)``. The ranks then measure every
+(collective, size, backend) point in the same order; rank 0 sends each result to the parent
+through ``queue``. DeepSpeed is measured in ranks of its own (:mod:`.deepspeed_peer`), which
+reuse :class:`GlooSync` and :func:`run_point` from here.
 Messages: ``("ready", notes)``, ``("result", dict)``, ``("done", None)`` and
 ``("error", rank, traceback)``.
 """
@@ -23,10 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dummy_collectives.bench import peers
 from dummy_collectives.bench.collectives import Buffers, allocate, check, fill_for_check, make_op
 from dummy_collectives.bench.layout import layout
-from dummy_collectives.bench.plan import DEEPSPEED, GLOO, NCCL, WorldSpec
+from dummy_collectives.bench.plan import GLOO, NCCL, WorldSpec
 from dummy_collectives.bench.results import ERROR, SKIPPED, Result, measured, not_measured
 from dummy_collectives.bench.timing import measure
 
@@ -74,7 +74,7 @@ class RankContext:
     finish: Callable[[], None]
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
@@ -100,7 +100,7 @@ def _open(ctx: RankContext, name: str, opener: Callable[[], OpFactory]) -> OpFac
     try:
         factory = opener()
     except Exception as exc:  # reported, the other backends go on
-        error = _first_line(exc)
+        error = first_line(exc)
     errors = [text for text in ctx.sync.gather_text(error) if text]
     if errors or factory is None:
         return f"{name}: unavailable: {errors[0] if errors else 'no factory'}"
@@ -122,8 +122,6 @@ def open_backends(ctx: RankContext) -> tuple[dict[str, OpFactory], list[str]]:
             )
         else:
             openers[name] = functools.partial(_new_group_factory, name, ctx.rank)
-    if ctx.spec.deepspeed:
-        openers[DEEPSPEED] = lambda: peers.open_deepspeed(ws)
     factories: dict[str, OpFactory] = {}
     for name, opener in openers.items():
         opened = _open(ctx, name, opener)
@@ -154,7 +152,7 @@ def run_point(
         first = time.perf_counter() - start
         error = check(collective, bufs, ctx.rank)
     except Exception as exc:  # reported as the point's result
-        first, error = 0.0, _first_line(exc)
+        first, error = 0.0, first_line(exc)
     errors = [f"rank {r}: {text}" for r, text in enumerate(ctx.sync.gather_text(error)) if text]
     if errors:
         status = SKIPPED if is_unsupported(errors[0]) else ERROR
@@ -172,7 +170,7 @@ def _setup(rank: int, spec: WorldSpec) -> RankContext:
         RANK=str(rank),
         WORLD_SIZE=str(ws),
         LOCAL_RANK=str(rank),
-        LOCAL_SIZE=str(ws),  # DeepSpeed's shm allreduce needs all ranks local
+        LOCAL_SIZE=str(ws),
     )
     torch.set_num_threads(1)
     import dummy_collectives  # noqa: F401 - registers the "dummy" backend
@@ -194,8 +192,6 @@ def _measure_all(ctx: RankContext, factories: dict[str, OpFactory], queue: Any) 
     for collective in plan.collectives:
         for size in plan.sizes:
             for backend, factory in factories.items():
-                if backend == DEEPSPEED and collective not in peers.DEEPSPEED_COLLECTIVES:
-                    continue
                 why = unsupported.get((backend, collective))
                 if why is None:
                     result = run_point(ctx, backend, factory, collective, size)
