@@ -1,6 +1,13 @@
 #include <dummy_collectives/backend.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
@@ -63,7 +70,8 @@ class Checker {
       size_t expected,
       const at::Tensor& ref,
       int64_t numel,
-      const char* what) const {
+      const char* what,
+      const char* refWhat = "the input") const {
     require(
         tensors.size() == expected,
         "the ",
@@ -73,7 +81,7 @@ class Checker {
         " tensors; expected ",
         expected);
     for (const auto& t : tensors) {
-      like(t, ref, numel, what);
+      like(t, ref, numel, what, refWhat);
     }
   }
 
@@ -81,7 +89,20 @@ class Checker {
   void uniform(const std::vector<at::Tensor>& tensors, const char* what) const {
     require(!tensors.empty(), "the ", what, " list is empty");
     for (const auto& t : tensors) {
-      like(t, tensors[0], t.numel(), what);
+      like(t, tensors[0], t.numel(), what, "the first one");
+    }
+  }
+
+  // Non-empty list of tensors on one device; dtypes may differ (coalesced collectives move each
+  // tensor on its own, as gloo and NCCL allow).
+  void sameDevice(const std::vector<at::Tensor>& tensors, const char* what) const {
+    require(!tensors.empty(), "the ", what, " list is empty");
+    for (const auto& t : tensors) {
+      tensor(t, what);
+      require(
+          t.device() == tensors[0].device(),
+          "the ", what, " tensors are on different devices (", t.device(), " and ",
+          tensors[0].device(), ")");
     }
   }
 
@@ -95,21 +116,31 @@ class Checker {
         " ranks");
   }
 
-  void like(const at::Tensor& t, const at::Tensor& ref, int64_t numel, const char* what) const {
+  // `t` must match `ref` (named `refWhat`) in dtype and device and have `numel` elements.
+  void like(
+      const at::Tensor& t,
+      const at::Tensor& ref,
+      int64_t numel,
+      const char* what,
+      const char* refWhat = "the input") const {
     tensor(t, what);
     require(
         t.scalar_type() == ref.scalar_type(),
         what,
         " has dtype ",
         t.scalar_type(),
-        " but the input has dtype ",
+        " but ",
+        refWhat,
+        " has dtype ",
         ref.scalar_type());
     require(
         t.device() == ref.device(),
         what,
         " is on ",
         t.device(),
-        " but the input is on ",
+        " but ",
+        refWhat,
+        " is on ",
         ref.device());
     require(
         t.numel() == numel,
@@ -130,6 +161,59 @@ const char* zeroModeUnsupported =
     " is not available in zero mode (DUMMY_COLLECTIVES_MODE=zero reproduces PyTorch's "
     "tutorial backend, which implements only allreduce and allgather)";
 
+// What flushAllForExit() needs of a live backend. Weak references: they must not keep a
+// destroyed group's threads and shared memory alive.
+struct ExitEntry {
+  std::weak_ptr<Engine> engine;
+  std::weak_ptr<P2pEngine> p2p;
+  std::weak_ptr<ShmTransport> transport;
+  std::chrono::milliseconds timeout;
+  int rank;
+};
+
+// The live backends of this process. Never destroyed: backends may outlive static destruction.
+struct ExitRegistry {
+  std::mutex mu;
+  std::atomic<int> pid{0}; // the process the entries belong to
+  std::vector<ExitEntry> entries;
+};
+
+ExitRegistry& exitRegistry() {
+  static auto* registry = new ExitRegistry();
+  return *registry;
+}
+
+void flushForExit(const ExitEntry& entry, std::chrono::steady_clock::time_point start) {
+  // Declared so that they are released engine first, transport last (as ~DummyBackend does).
+  auto transport = entry.transport.lock();
+  auto p2p = entry.p2p.lock();
+  auto engine = entry.engine.lock();
+  if (!engine || !p2p || !transport) {
+    return; // destroyed meanwhile
+  }
+  const auto deadline = start + std::min(DummyBackend::kExitGrace, entry.timeout);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  // Peers that never join an outstanding operation must not hold the exit up for the whole
+  // group timeout: past the deadline the group is aborted, which ends every wait.
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_until(lock, deadline, [&] { return done; })) {
+      transport->abort(c10::str(
+          "rank ", entry.rank, " (pid ", ::getpid(), ") exited with operations still outstanding"));
+    }
+  });
+  engine->drain();
+  p2p->finishForExit();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+}
+
 } // namespace
 
 DummyBackend::DummyBackend(
@@ -138,7 +222,8 @@ DummyBackend::DummyBackend(
     int size,
     c10::intrusive_ptr<BackendOptions> options)
     : c10d::Backend(rank, size),
-      options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()) {
+      options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
+      pid_(static_cast<int>(::getpid())) {
   if (options_->mode == Mode::kReal) {
     transport_ = std::make_shared<ShmTransport>(
         store,
@@ -149,11 +234,60 @@ DummyBackend::DummyBackend(
     p2p_ = std::make_shared<P2pEngine>(transport_, options_->timeout);
   }
   engine_ = std::make_shared<Engine>(Engine::Timing{});
+  if (transport_) {
+    ExitRegistry& registry = exitRegistry();
+    std::lock_guard<std::mutex> lock(registry.mu);
+    if (registry.pid != pid_) {
+      registry.pid = pid_;
+      registry.entries.clear(); // inherited through fork: the parent's
+    }
+    auto& entries = registry.entries;
+    entries.erase(
+        std::remove_if(
+            entries.begin(),
+            entries.end(),
+            [](const ExitEntry& e) { return e.engine.expired(); }),
+        entries.end());
+    entries.push_back({engine_, p2p_, transport_, options_->timeout, rank});
+  }
 }
 
 DummyBackend::~DummyBackend() {
+  if (::getpid() != pid_) {
+    // A forked child (that exits normally): the engine threads exist only in the parent and
+    // their mutexes and condition variables may be in any state; joining or destroying them
+    // hangs. The shared memory is the parent's. Leave it all to the parent.
+    new std::shared_ptr<Engine>(std::move(engine_));
+    new std::shared_ptr<P2pEngine>(std::move(p2p_));
+    new std::shared_ptr<ShmTransport>(std::move(transport_));
+    return;
+  }
   engine_.reset(); // runs what is still queued, while the transport is alive
   p2p_.reset();
+}
+
+void DummyBackend::abort() {
+  if (transport_) {
+    transport_->abort(c10::str(
+        "rank ", getRank(), " (pid ", pid_, ") aborted the process group (ProcessGroup.abort)"));
+  }
+}
+
+void DummyBackend::flushAllForExit() {
+  ExitRegistry& registry = exitRegistry();
+  // In a forked child the lock may be held by a thread that exists only in the parent.
+  if (registry.pid != static_cast<int>(::getpid())) {
+    return;
+  }
+  std::vector<ExitEntry> entries;
+  {
+    std::lock_guard<std::mutex> lock(registry.mu);
+    entries = registry.entries;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& entry : entries) {
+    flushForExit(entry, start);
+  }
 }
 
 void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
@@ -411,6 +545,24 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions&
 
 namespace {
 
+// Coalesced collectives: every tensor's dtype and element count, in order, folded into the
+// descriptor (FNV-1a), so ranks whose lists differ in any one tensor fail the descriptor check
+// instead of silently reducing unrelated elements (the totals alone can match).
+OpDescriptor withLayout(OpDescriptor op, const std::vector<at::Tensor>& tensors) {
+  uint64_t digest = 14695981039346656037ULL;
+  auto mix = [&](uint64_t value) {
+    for (int byte = 0; byte < 8; ++byte) {
+      digest = (digest ^ ((value >> (8 * byte)) & 0xff)) * 1099511628211ULL;
+    }
+  };
+  for (const auto& t : tensors) {
+    mix(static_cast<uint64_t>(t.scalar_type()));
+    mix(static_cast<uint64_t>(t.numel()));
+  }
+  op.layout = digest;
+  return op;
+}
+
 int64_t totalNumel(const std::vector<at::Tensor>& tensors) {
   int64_t total = 0;
   for (const auto& t : tensors) {
@@ -443,27 +595,33 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
   const Checker check("allreduce_coalesced", getRank(), getSize());
-  check.uniform(tensors, "input");
-  const ReduceSpec spec = resolveReduce(
-      opts.reduceOp, tensors[0].scalar_type(), getSize(), "allreduce_coalesced", getRank());
+  check.sameDevice(tensors, "input");
+  std::vector<ReduceSpec> specs;
+  for (const auto& t : tensors) {
+    specs.push_back(
+        resolveReduce(opts.reduceOp, t.scalar_type(), getSize(), "allreduce_coalesced", getRank()));
+  }
   requireReal("allreduce_coalesced");
   auto staged = std::make_shared<HostStagingList>(tensors);
   return submit(
-      describe(
-          CollectiveKind::kAllreduceCoalesced,
-          tensors[0],
-          totalNumel(tensors),
-          -1,
-          opts.reduceOp.op_,
-          static_cast<int>(tensors.size())),
+      withLayout(
+          describe(
+              CollectiveKind::kAllreduceCoalesced,
+              tensors[0],
+              totalNumel(tensors),
+              -1,
+              opts.reduceOp.op_,
+              static_cast<int>(tensors.size())),
+          tensors),
       c10d::OpType::ALLREDUCE_COALESCED,
       "dummy:allreduce_coalesced",
       tensors,
       tensors,
       opts.timeout,
-      [staged, spec, oneShot = options_->oneShotMaxBytes](Transport& t) {
-        for (auto& host : staged->acquire(/*copyIn=*/true)) {
-          algorithms::allreduce(t, host, spec, oneShot);
+      [staged, specs, oneShot = options_->oneShotMaxBytes](Transport& t) {
+        std::vector<at::Tensor> hosts = staged->acquire(/*copyIn=*/true);
+        for (size_t i = 0; i < hosts.size(); ++i) {
+          algorithms::allreduce(t, hosts[i], specs[i], oneShot);
         }
         staged->release(/*copyOut=*/true);
       });
@@ -501,7 +659,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
   const Checker check("allgather_coalesced", getRank(), getSize());
-  check.uniform(inputTensors, "input");
+  check.sameDevice(inputTensors, "input");
   check.require(
       static_cast<int>(outputTensorLists.size()) == getSize(),
       "expected one output list per rank (",
@@ -526,13 +684,15 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
   auto in = std::make_shared<HostStagingList>(inputTensors);
   auto out = std::make_shared<HostStagingList>(flatten(outputTensorLists));
   return submit(
-      describe(
-          CollectiveKind::kAllgatherCoalesced,
-          inputTensors[0],
-          totalNumel(inputTensors),
-          -1,
-          -1,
-          static_cast<int>(count)),
+      withLayout(
+          describe(
+              CollectiveKind::kAllgatherCoalesced,
+              inputTensors[0],
+              totalNumel(inputTensors),
+              -1,
+              -1,
+              static_cast<int>(count)),
+          inputTensors),
       c10d::OpType::ALLGATHER_COALESCED,
       "dummy:all_gather_coalesced",
       inputTensors,
@@ -558,7 +718,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const Checker check("allgather_into_tensor_coalesced", getRank(), getSize());
-  check.uniform(inputs, "input");
+  check.sameDevice(inputs, "input");
   check.require(
       outputs.size() == inputs.size(),
       "got ",
@@ -573,13 +733,15 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
   auto in = std::make_shared<HostStagingList>(inputs);
   auto out = std::make_shared<HostStagingList>(outputs);
   return submit(
-      describe(
-          CollectiveKind::kAllgatherIntoTensorCoalesced,
-          inputs[0],
-          totalNumel(inputs),
-          -1,
-          -1,
-          static_cast<int>(inputs.size())),
+      withLayout(
+          describe(
+              CollectiveKind::kAllgatherIntoTensorCoalesced,
+              inputs[0],
+              totalNumel(inputs),
+              -1,
+              -1,
+              static_cast<int>(inputs.size())),
+          inputs),
       c10d::OpType::COALESCED,
       "dummy:all_gather_into_tensor_coalesced",
       inputs,
@@ -649,7 +811,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::scatter(
   if (isRoot) {
     check.require(
         inputTensors.size() == 1, "the root needs 1 list of inputs, got ", inputTensors.size());
-    check.list(inputTensors[0], getSize(), output, output.numel(), "input");
+    check.list(inputTensors[0], getSize(), output, output.numel(), "input", "the output");
   } else {
     check.require(
         inputTensors.empty() || (inputTensors.size() == 1 && inputTensors[0].empty()),
@@ -683,7 +845,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter(
   check.single(outputTensors, "output");
   const at::Tensor& output = outputTensors[0];
   check.require(inputTensors.size() == 1, "expected 1 list of inputs, got ", inputTensors.size());
-  check.list(inputTensors[0], getSize(), output, output.numel(), "input");
+  check.list(inputTensors[0], getSize(), output, output.numel(), "input", "the output");
   const ReduceSpec spec =
       resolveReduce(opts.reduceOp, output.scalar_type(), getSize(), "reduce_scatter", getRank());
   requireReal("reduce_scatter");
@@ -725,7 +887,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
     const c10d::ReduceScatterOptions& opts,
     const char* collective) {
   const Checker check(collective, getRank(), getSize());
-  check.uniform(outputs, "output");
+  check.sameDevice(outputs, "output");
   check.require(
       outputs.size() == inputs.size(),
       "got ",
@@ -734,34 +896,39 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
       inputs.size(),
       " inputs");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check.like(inputs[i], outputs[i], outputs[i].numel() * getSize(), "an input tensor");
+    check.like(
+        inputs[i], outputs[i], outputs[i].numel() * getSize(), "an input tensor", "its output");
   }
-  const ReduceSpec spec =
-      resolveReduce(opts.reduceOp, outputs[0].scalar_type(), getSize(), collective, getRank());
+  std::vector<ReduceSpec> specs;
+  for (const auto& t : outputs) {
+    specs.push_back(resolveReduce(opts.reduceOp, t.scalar_type(), getSize(), collective, getRank()));
+  }
   requireReal(collective);
   const bool coalesced = std::strcmp(collective, "_reduce_scatter_base") != 0;
   const int ws = getSize();
   auto in = std::make_shared<HostStagingList>(inputs);
   auto out = std::make_shared<HostStagingList>(outputs);
   return submit(
-      describe(
-          coalesced ? CollectiveKind::kReduceScatterTensorCoalesced
-                    : CollectiveKind::kReduceScatterBase,
-          outputs[0],
-          totalNumel(outputs),
-          -1,
-          opts.reduceOp.op_,
-          static_cast<int>(outputs.size())),
+      withLayout(
+          describe(
+              coalesced ? CollectiveKind::kReduceScatterTensorCoalesced
+                        : CollectiveKind::kReduceScatterBase,
+              outputs[0],
+              totalNumel(outputs),
+              -1,
+              opts.reduceOp.op_,
+              static_cast<int>(outputs.size())),
+          outputs),
       coalesced ? c10d::OpType::COALESCED : c10d::OpType::_REDUCE_SCATTER_BASE,
       coalesced ? "dummy:reduce_scatter_tensor_coalesced" : "dummy:_reduce_scatter_base",
       inputs,
       outputs,
       opts.timeout,
-      [in, out, spec, ws](Transport& t) {
+      [in, out, specs, ws](Transport& t) {
         std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
         for (size_t i = 0; i < hostIn.size(); ++i) {
-          algorithms::reduceScatter(t, pieces(hostIn[i], ws), hostOut[i], spec);
+          algorithms::reduceScatter(t, pieces(hostIn[i], ws), hostOut[i], specs[i]);
         }
         in->release(/*copyOut=*/false);
         out->release(/*copyOut=*/true);
@@ -942,8 +1109,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
   auto work = c10::make_intrusive<DummyWork>(
       getRank(),
       srcRank < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV,
-      "dummy:recv",
-      std::vector<at::Tensor>(),
+      srcRank < 0 ? "dummy:recvAnySource" : "dummy:recv",
+      tensors, // the profiler records the buffer's shape, as gloo's does
       tensors,
       0,
       nullptr,

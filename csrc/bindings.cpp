@@ -76,6 +76,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); });
 
   m.def(
+      "_flush_at_exit",
+      &DummyBackend::flushAllForExit,
+      "Interpreter exit (registered with atexit on import): runs what every live dummy group "
+      "of this process still has outstanding, so no engine thread touches Python objects while "
+      "the interpreter finalises.",
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
       "reduce_capability",
       &dummy_collectives::reduceCapability,
       "The instruction set the reduction kernels use on this CPU.");

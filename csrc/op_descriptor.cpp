@@ -74,7 +74,8 @@ const char* collectiveName(CollectiveKind kind) {
 
 bool OpDescriptor::operator==(const OpDescriptor& other) const {
   return seq == other.seq && kind == other.kind && dtype == other.dtype && numel == other.numel &&
-      root == other.root && reduceOp == other.reduceOp && count == other.count;
+      root == other.root && reduceOp == other.reduceOp && count == other.count &&
+      layout == other.layout;
 }
 
 std::string OpDescriptor::describe() const {
@@ -84,7 +85,8 @@ std::string OpDescriptor::describe() const {
         " of ", numel, " ", c10::toString(static_cast<c10::ScalarType>(dtype)), " elements");
   }
   if (count != 1) {
-    text += c10::str(" in ", count, " tensors");
+    // The layout digest tells lists with equal totals but different tensors apart.
+    text += c10::str(" in ", count, " tensors (layout ", std::hex, layout >> 32, ")");
   }
   if (reduceOp >= 0) {
     text += c10::str(" with ", reduceOpName(reduceOp));

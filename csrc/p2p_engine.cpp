@@ -74,6 +74,28 @@ void P2pEngine::setTimeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
 }
 
+void P2pEngine::finishForExit() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (auto& in : inbound_) {
+    in.receiver = nullptr; // the rest of a message being received is discarded
+  }
+  for (auto& op : recvs_) {
+    finishOp(op, c10::str("dummy recv (rank ", rank_, "): abandoned, the process is exiting"));
+  }
+  recvs_.clear();
+  // A peer may be waiting for these. checkFailures() ends each one that cannot complete.
+  auto sending = [&] {
+    return std::any_of(sends_.begin(), sends_.end(), [](const auto& q) { return !q.empty(); });
+  };
+  while (sending()) {
+    if (!progressLocked()) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      lock.lock();
+    }
+  }
+}
+
 void P2pEngine::send(
     c10::intrusive_ptr<DummyWork> work,
     int dst,

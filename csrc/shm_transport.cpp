@@ -274,6 +274,9 @@ void ShmTransport::abort(const std::string& reason) {
     std::memcpy(ctl_->abortReason, reason.data(), n);
     ctl_->abortReason[n] = '\0';
     ctl_->aborted.store(2);
+    // Nobody may join an aborted group: if a rank never mapped the segment (it died during
+    // init), its name would otherwise stay in /dev/shm once the creator is killed too.
+    segment_.unlink();
   }
   for (int r = 0; r < size_; ++r) {
     futexWakeAll(futexWord(control(r).published));

@@ -7,12 +7,19 @@ CPU and CUDA tensors), so ``init_process_group("dummy")`` or
 
 from __future__ import annotations
 
+import atexit
+
 import torch  # noqa: F401  (loads libtorch, which the extension links against)
 import torch.distributed  # noqa: F401  (registers the c10d types the extension derives from)
 
-from dummy_collectives._C import DummyBackend, Options, reduce_capability
+from dummy_collectives._C import DummyBackend, Options, _flush_at_exit, reduce_capability
 from dummy_collectives._registration import BACKEND_NAME, register
 
 __all__ = ["BACKEND_NAME", "DummyBackend", "Options", "reduce_capability", "register"]
 
 register()
+# Before the interpreter finalises, finish what is still outstanding (docs/fault_model.md):
+# otherwise an engine thread may release a tensor or run a future callback after Python has
+# begun to shut down, which aborts the process.
+atexit.unregister(_flush_at_exit)  # importlib.reload: once is enough
+atexit.register(_flush_at_exit)

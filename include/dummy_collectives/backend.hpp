@@ -35,6 +35,18 @@ class DummyBackend final : public c10d::Backend {
     return options_;
   }
   void setTimeout(std::chrono::milliseconds timeout) override;
+  // ProcessGroup.abort() / _abort_process_group: marks the group aborted for every rank, so
+  // queued, blocked and later operations on it raise at once (here and on the peers).
+  void abort() override;
+
+  // Interpreter exit (Python's atexit, before finalisation; see docs/fault_model.md): every live
+  // backend of this process runs what is still outstanding on the calling thread, at most
+  // min(group timeout, kExitGrace), then aborts the group. Afterwards no engine thread holds a
+  // Work or tensor, so none touches Python objects (tensors, future callbacks) while the
+  // interpreter finalises: that raced with finalisation and crashed the process ("terminate
+  // called without an active exception"). A no-op in a forked child.
+  static constexpr std::chrono::milliseconds kExitGrace{10000};
+  static void flushAllForExit();
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -158,6 +170,7 @@ class DummyBackend final : public c10d::Backend {
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
+  int pid_;          // the process that made the backend (its threads exist only there)
 };
 
 } // namespace dummy_collectives

@@ -43,9 +43,12 @@ class Engine final : public Progress {
   // the queue, returns at once (the caller then blocks on the Work).
   void runUntil(const DummyWork& work) override;
 
+  // Runs everything queued on the calling thread (waiting for a thread that is running the
+  // queue to finish first); on return no queued or running Work is left.
+  void drain();
+
  private:
   c10::intrusive_ptr<DummyWork> pop();
-  void drain();
   void workerLoop();
 
   Timing timing_;

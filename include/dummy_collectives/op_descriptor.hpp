@@ -38,6 +38,7 @@ struct OpDescriptor {
   int32_t root = -1;     // root rank, -1 where the op has none
   int32_t reduceOp = -1; // c10d::ReduceOp::RedOpType, -1 where the op does not reduce
   int32_t count = 1;     // tensors per rank (coalesced collectives)
+  uint64_t layout = 0;   // coalesced: digest of every tensor's dtype and numel, in order
 
   bool operator==(const OpDescriptor& other) const;
   bool operator!=(const OpDescriptor& other) const {

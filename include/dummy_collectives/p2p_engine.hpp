@@ -58,6 +58,11 @@ class P2pEngine final : public Progress {
 
   void setTimeout(std::chrono::milliseconds timeout);
 
+  // Interpreter exit: fails the pending receives (nobody can use their data any more) and
+  // pushes the pending sends until they are written or fail (dead peer, deadline, abort).
+  // On return no operation, and so no Work or tensor, is left.
+  void finishForExit();
+
  private:
   struct Op {
     c10::intrusive_ptr<DummyWork> work;
