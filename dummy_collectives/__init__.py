@@ -18,7 +18,7 @@ from dummy_collectives._registration import BACKEND_NAME, register
 __all__ = ["BACKEND_NAME", "DummyBackend", "Options", "reduce_capability", "register"]
 
 register()
-# Before the interpreter finalises, finish what is still outstanding (docs/fault_model.md):
+# Before the interpreter finalises, finish what is still outstanding (README, faults):
 # otherwise an engine thread may release a tensor or run a future callback after Python has
 # begun to shut down, which aborts the process.
 atexit.unregister(_flush_at_exit)  # importlib.reload: once is enough

@@ -3,7 +3,7 @@ and leave the group usable; non-contiguous tensors just work.
 
 Every rank makes the same bad call, except in the root-only cases (the root's gather outputs,
 scatter inputs): a call only one rank gets wrong leaves its peers waiting for a collective that
-never comes, which ends in the group timeout (docs/fault_model.md). Calls go
+never comes, which ends in the group timeout (README, faults). Calls go
 through torch.distributed where its frontend lets them reach the backend, and straight to the
 group's backend object where the frontend would reject them first.
 """

@@ -1,4 +1,4 @@
-"""Dead peers and timeouts: survivors raise promptly, naming who failed (docs/fault_model.md).
+"""Dead peers and timeouts: survivors raise promptly, naming who failed (README, faults).
 
 Ranks die here, so every test runs a dedicated short-lived job (faultjob.run_job), never the
 cached pools. Every job also checks that no shared-memory name of ours survives it.

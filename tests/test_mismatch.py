@@ -1,5 +1,5 @@
 """Ranks that call different things: every rank raises, the message shows every rank's call,
-no data moves and the group stays usable (docs/fault_model.md)."""
+no data moves and the group stays usable (README, faults)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ class DummyBackend final : public c10d::Backend {
   // queued, blocked and later operations on it raise at once (here and on the peers).
   void abort() override;
 
-  // Interpreter exit (Python's atexit, before finalisation; see docs/fault_model.md): every live
+  // Interpreter exit (Python's atexit, before finalisation; see README, faults): every live
   // backend of this process runs what is still outstanding on the calling thread, at most
   // min(group timeout, kExitGrace), then aborts the group. Afterwards no engine thread holds a
   // Work or tensor, so none touches Python objects (tensors, future callbacks) while the
