@@ -1,8 +1,10 @@
 """Code that runs inside the spawned rank processes.
 
-Each rank sets ``torch.set_num_threads(1)``, initialises the default process group with gloo
-(it is also the control group: barriers and max-over-ranks go through it) and creates one
-group per other backend with ``dist.new_group(backend=...)``. The ranks then measure every
+Each rank sets ``torch.set_num_threads(1)`` and initialises the default process group with
+dummy when the plan measures it (as users run it: ``init_process_group("dummy")``, which is also
+how the c10d floor is measured; a non-default group costs a few more microseconds of Python in
+torch.distributed), else with gloo. Every other backend gets ``dist.new_group(backend=...)``; a
+gloo group is the control group (barriers and max-over-ranks). The ranks then measure every
 (collective, size, backend) point in the same order; rank 0 sends each result to the parent
 through ``queue``. DeepSpeed is measured in ranks of its own (:mod:`.deepspeed_peer`), which
 reuse :class:`GlooSync` and :func:`run_point` from here.
@@ -26,7 +28,7 @@ import torch.distributed as dist
 
 from dummy_collectives.bench.collectives import Buffers, allocate, check, fill_for_check, make_op
 from dummy_collectives.bench.layout import layout
-from dummy_collectives.bench.plan import GLOO, NCCL, WorldSpec
+from dummy_collectives.bench.plan import DUMMY, GLOO, NCCL, WorldSpec
 from dummy_collectives.bench.results import ERROR, SKIPPED, Result, measured, not_measured
 from dummy_collectives.bench.timing import measure
 
@@ -72,6 +74,7 @@ class RankContext:
     device: torch.device
     sync: GlooSync
     finish: Callable[[], None]
+    default_backend: str = GLOO  # the backend of the default process group
 
 
 def first_line(exc: BaseException) -> str:
@@ -113,8 +116,10 @@ def open_backends(ctx: RankContext) -> tuple[dict[str, OpFactory], list[str]]:
     openers: dict[str, Callable[[], OpFactory]] = {}
     notes: list[str] = []
     for name in plan.backends:
-        if name == GLOO:
+        if name == ctx.default_backend:
             openers[name] = lambda: _torch_factory(None, ctx.rank)
+        elif name == GLOO:
+            openers[name] = lambda: _torch_factory(ctx.sync.group, ctx.rank)
         elif name == NCCL and (ctx.device.type != "cuda" or ws > torch.cuda.device_count()):
             notes.append(
                 f"nccl (ws={ws}): skipped: needs one CUDA device per rank "
@@ -181,8 +186,10 @@ def _setup(rank: int, spec: WorldSpec) -> RankContext:
         device = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         finish = lambda: torch.cuda.synchronize(device)  # noqa: E731
-    dist.init_process_group("gloo", rank=rank, world_size=ws, timeout=PG_TIMEOUT)
-    return RankContext(spec, rank, device, GlooSync(), finish)
+    default = DUMMY if DUMMY in spec.plan.backends else GLOO
+    dist.init_process_group(default, rank=rank, world_size=ws, timeout=PG_TIMEOUT)
+    control = None if default == GLOO else dist.new_group(backend=GLOO, timeout=PG_TIMEOUT)
+    return RankContext(spec, rank, device, GlooSync(control), finish, default)
 
 
 def _measure_all(ctx: RankContext, factories: dict[str, OpFactory], queue: Any) -> None:
