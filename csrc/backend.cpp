@@ -106,6 +106,30 @@ class Checker {
     }
   }
 
+  // The per-rank list only the root passes (gather's outputs, scatter's inputs): on the root one
+  // list of a tensor per rank, each like `ref`; elsewhere none. Returns the root's list.
+  std::vector<at::Tensor> rootList(
+      const std::vector<std::vector<at::Tensor>>& lists,
+      bool isRoot,
+      int root,
+      const at::Tensor& ref,
+      const char* what,
+      const char* refWhat) const {
+    if (!isRoot) {
+      require(
+          lists.empty() || (lists.size() == 1 && lists[0].empty()),
+          "only the root (rank ",
+          root,
+          ") takes ",
+          what,
+          " tensors");
+      return {};
+    }
+    require(lists.size() == 1, "the root needs 1 list of ", what, "s, got ", lists.size());
+    list(lists[0], size_, ref, ref.numel(), what, refWhat);
+    return lists[0];
+  }
+
   void root(int64_t root) const {
     require(
         root >= 0 && root < size_,
@@ -768,19 +792,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
   const at::Tensor& input = inputTensors[0];
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = root == getRank();
-  if (isRoot) {
-    check.require(
-        outputTensors.size() == 1, "the root needs 1 list of outputs, got ", outputTensors.size());
-    check.list(outputTensors[0], getSize(), input, input.numel(), "output");
-  } else {
-    check.require(
-        outputTensors.empty() || (outputTensors.size() == 1 && outputTensors[0].empty()),
-        "only the root (rank ",
-        root,
-        ") takes output tensors");
-  }
+  std::vector<at::Tensor> outputs =
+      check.rootList(outputTensors, isRoot, root, input, "output", "the input");
   requireReal("gather");
-  std::vector<at::Tensor> outputs = isRoot ? outputTensors[0] : std::vector<at::Tensor>();
   auto in = std::make_shared<HostStaging>(input);
   auto out = std::make_shared<HostStagingList>(outputs);
   return submit(
@@ -808,19 +822,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::scatter(
   const at::Tensor& output = outputTensors[0];
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = root == getRank();
-  if (isRoot) {
-    check.require(
-        inputTensors.size() == 1, "the root needs 1 list of inputs, got ", inputTensors.size());
-    check.list(inputTensors[0], getSize(), output, output.numel(), "input", "the output");
-  } else {
-    check.require(
-        inputTensors.empty() || (inputTensors.size() == 1 && inputTensors[0].empty()),
-        "only the root (rank ",
-        root,
-        ") takes input tensors");
-  }
+  std::vector<at::Tensor> inputs =
+      check.rootList(inputTensors, isRoot, root, output, "input", "the output");
   requireReal("scatter");
-  std::vector<at::Tensor> inputs = isRoot ? inputTensors[0] : std::vector<at::Tensor>();
   auto in = std::make_shared<HostStagingList>(inputs);
   auto out = std::make_shared<HostStaging>(output);
   return submit(
