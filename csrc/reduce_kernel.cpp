@@ -1,4 +1,5 @@
 #include <dummy_collectives/reduce_kernel.hpp>
+#include <dummy_collectives/reduce_ops.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,21 +10,6 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Half.h>
 #include <c10/util/complex.h>
-
-// Every dtype the reductions support (gloo's, plus half precision, bool and complex).
-#define DC_FOR_EACH_REDUCIBLE_TYPE(_) \
-  _(uint8_t, Byte)                    \
-  _(int8_t, Char)                     \
-  _(int16_t, Short)                   \
-  _(int32_t, Int)                     \
-  _(int64_t, Long)                    \
-  _(c10::Half, Half)                  \
-  _(float, Float)                     \
-  _(double, Double)                   \
-  _(c10::complex<float>, ComplexFloat)  \
-  _(c10::complex<double>, ComplexDouble) \
-  _(bool, Bool)                       \
-  _(c10::BFloat16, BFloat16)
 
 // One copy of the loops per instruction set. Portable binaries: no -march flag; the best copy
 // the running CPU supports is picked once at load time.
@@ -203,8 +189,9 @@ ReduceSpec resolveReduce(
       if (!isFloat && !isComplex) {
         reject("the pre-multiplication factor is a floating-point scalar");
       }
+      // torch 2.11 names it NCCLPreMulSumSupplement; 2.13+ renamed it and kept this alias.
       const auto* supplement =
-          dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+          dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK_VALUE(
           supplement != nullptr,
           "dummy ",

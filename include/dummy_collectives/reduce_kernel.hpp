@@ -3,22 +3,10 @@
 #include <cstdint>
 
 #include <c10/core/ScalarType.h>
+#include <dummy_collectives/reduce_ops.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 namespace dummy_collectives {
-
-// The element-wise operation a reduction folds with.
-enum class ReduceKind : uint8_t { kSum, kProduct, kMin, kMax, kBand, kBor, kBxor };
-
-// A c10d ReduceOp resolved for one dtype: AVG is SUM then divide by the world size (truncating
-// for integers, as NCCL does), PREMUL_SUM is SUM of factor * x.
-struct ReduceSpec {
-  ReduceKind kind = ReduceKind::kSum;
-  c10::ScalarType dtype = c10::ScalarType::Float;
-  int64_t divisor = 1;   // AVG: the world size; otherwise 1
-  bool premul = false;   // PREMUL_SUM
-  double factor = 1.0;   // PREMUL_SUM's factor
-};
 
 // Validates the (ReduceOp, dtype) pair and resolves it; a pair that makes no sense (MAX on
 // complex, BAND on float, AVG on bool...) raises a ValueError naming the collective and rank.
