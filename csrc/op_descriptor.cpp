@@ -75,7 +75,7 @@ const char* collectiveName(CollectiveKind kind) {
 bool OpDescriptor::operator==(const OpDescriptor& other) const {
   return seq == other.seq && kind == other.kind && dtype == other.dtype && numel == other.numel &&
       root == other.root && reduceOp == other.reduceOp && count == other.count &&
-      layout == other.layout;
+      layout == other.layout && path == other.path;
 }
 
 std::string OpDescriptor::describe() const {
@@ -93,6 +93,9 @@ std::string OpDescriptor::describe() const {
   }
   if (root >= 0) {
     text += c10::str(" from root ", root);
+  }
+  if (path == DataPath::kCudaIpc) {
+    text += " through CUDA IPC buffers";
   }
   return text;
 }

@@ -4,6 +4,8 @@
 
 #include <ATen/core/jit_type.h>
 #include <ATen/record_function.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <dummy_collectives/progress.hpp>
 
@@ -62,7 +64,7 @@ void DummyWork::execute() noexcept {
   std::exception_ptr error;
   if (body_) {
     try {
-      body_();
+      body_(*this);
     } catch (...) {
       error = std::current_exception();
     }
@@ -87,16 +89,26 @@ void DummyWork::complete(std::exception_ptr error) noexcept {
   }
 }
 
+void DummyWork::setDeviceCompletion(c10::Stream stream, c10::Event event) {
+  deviceStream_.emplace(stream);
+  deviceEvent_.emplace(std::move(event));
+}
+
 void DummyWork::completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future) const {
   if (error_) {
     future->setError(error_);
+  } else if (deviceStream_) {
+    // The future records its own events on the current stream: make that the stream the
+    // device work was queued on, so callbacks and waiters are ordered after it.
+    c10::StreamGuard guard(*deviceStream_);
+    future->markCompleted(c10::IValue(outputs_));
   } else {
     future->markCompleted(c10::IValue(outputs_));
   }
 }
 
 bool DummyWork::isCompleted() {
-  return done();
+  return done() && (!deviceEvent_ || error_ || deviceEvent_->query());
 }
 
 bool DummyWork::wait(std::chrono::milliseconds timeout) {
@@ -110,11 +122,34 @@ bool DummyWork::wait(std::chrono::milliseconds timeout) {
       std::this_thread::yield();
     }
   }
-  return c10d::Work::wait(timeout);
+  {
+    // c10d::Work::wait, less its synchronize(): that blocks the host here (see synchronize()).
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout == kNoTimeout) {
+      cv_.wait(lock, [&] { return completed_; });
+    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      TORCH_CHECK(false, "dummy: Work.wait timed out after ", timeout.count(), " ms");
+    }
+    if (exception_) {
+      std::rethrow_exception(exception_);
+    }
+  }
+  if (deviceEvent_) {
+    // Like NCCL: the caller's current stream waits for the device work; the host does not.
+    c10::impl::VirtualGuardImpl guard(deviceStream_->device_type());
+    deviceEvent_->block(guard.getStream(deviceStream_->device()));
+  }
+  c10d::Work::synchronize(); // torch's bookkeeping for in-flight collectives; never blocks
+  return true;
 }
 
 void DummyWork::synchronize() {
-  // Device outputs were copied back synchronously before completion: nothing to order.
+  // Host-staged device outputs were copied back before completion; device work queued on a
+  // backend stream completes with its event.
+  if (done() && deviceEvent_) {
+    deviceEvent_->synchronize();
+  }
+  c10d::Work::synchronize();
 }
 
 int DummyWork::sourceRank() const {

@@ -27,6 +27,13 @@ enum class CollectiveKind : uint32_t {
 
 const char* collectiveName(CollectiveKind kind);
 
+// How a collective's data moves. Every rank must take the same path: a rank that staged its CUDA
+// tensor through host memory cannot meet one that exchanges it through CUDA IPC buffers.
+enum class DataPath : int32_t {
+  kHost = 0,    // host shared memory (CPU tensors, and CUDA tensors staged through the host)
+  kCudaIpc = 1, // device buffers shared by CUDA IPC (csrc/cuda)
+};
+
 // What one rank asked for, published in shared memory with the first step of every collective.
 // Ranks compare descriptors before touching data, so mismatched calls fail on every rank with a
 // message describing each rank's call, instead of hanging or mixing unrelated buffers.
@@ -39,6 +46,7 @@ struct OpDescriptor {
   int32_t reduceOp = -1; // c10d::ReduceOp::RedOpType, -1 where the op does not reduce
   int32_t count = 1;     // tensors per rank (coalesced collectives)
   uint64_t layout = 0;   // coalesced: digest of every tensor's dtype and numel, in order
+  DataPath path = DataPath::kHost; // how the data moves; ranks must agree
 
   bool operator==(const OpDescriptor& other) const;
   bool operator!=(const OpDescriptor& other) const {

@@ -6,7 +6,11 @@
 #include <memory>
 #include <vector>
 
+#include <optional>
+
 #include <ATen/core/ivalue.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace dummy_collectives {
@@ -18,7 +22,7 @@ class Progress;
 // a future of pay nothing for it.
 class DummyWork final : public c10d::Work {
  public:
-  using Body = std::function<void()>;
+  using Body = std::function<void(DummyWork&)>;
 
   DummyWork(
       int rank,
@@ -46,6 +50,12 @@ class DummyWork final : public c10d::Work {
       c10d::OpType opType,
       const char* profilingTitle,
       std::vector<at::Tensor> outputs);
+
+  // A body that queued device work calls this before it returns: the Work is then complete on
+  // the host (its handshakes done) while its device work completes with `event`, recorded on
+  // `stream`. wait() makes the caller's current stream wait for it (NCCL's semantics: the host
+  // does not block), synchronize() blocks, the future's callbacks see it ordered.
+  void setDeviceCompletion(c10::Stream stream, c10::Event event);
 
   // Runs the body and completes the Work; the engine calls it exactly once.
   void execute() noexcept;
@@ -75,6 +85,9 @@ class DummyWork final : public c10d::Work {
   std::atomic<bool> done_{false};
   std::exception_ptr error_; // set with done_, under mutex_
   c10::intrusive_ptr<c10::ivalue::Future> future_; // guarded by mutex_
+  // Set by the body before completion (published by done_'s release store).
+  std::optional<c10::Stream> deviceStream_;
+  std::optional<c10::Event> deviceEvent_;
 };
 
 } // namespace dummy_collectives
