@@ -56,7 +56,12 @@ def want_cuda() -> bool:
 
 
 with_cuda = want_cuda()
-sources = listed("sources.txt") + ["csrc/bindings.cpp"]
+if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+    # No GPU to ask (a build machine): torch would fail to pick an architecture. Ampere and
+    # Hopper, plus PTX for newer GPUs.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0+PTX"
+sources = listed("sources.txt") + (listed("cuda_sources.txt") if with_cuda else [])
+sources += ["csrc/bindings.cpp"]
 macros = [("DUMMY_COLLECTIVES_WITH_CUDA", "1")] if with_cuda else []
 extension_type = CUDAExtension if with_cuda else CppExtension
 extension = extension_type(
@@ -66,7 +71,8 @@ extension = extension_type(
     define_macros=macros,
     extra_compile_args={
         "cxx": ["-O3", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter"],
-        "nvcc": ["-O3"],
+        # c10::complex and c10::Half call constexpr host functions from device code.
+        "nvcc": ["-O3", "--expt-relaxed-constexpr"],
     },
 )
 

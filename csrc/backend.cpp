@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 
 #include <dummy_collectives/algorithms.hpp>
+#include <dummy_collectives/device_collectives.hpp>
 #include <dummy_collectives/engine.hpp>
 #include <dummy_collectives/p2p_engine.hpp>
 #include <dummy_collectives/shm_transport.hpp>
@@ -256,6 +257,7 @@ DummyBackend::DummyBackend(
         options_->bufferBytes,
         WaitPolicy::forGroup(size, options_->spinMicros));
     p2p_ = std::make_shared<P2pEngine>(transport_, options_->timeout);
+    device_ = makeDeviceCollectives(store, rank, size, *options_);
   }
   engine_ = std::make_shared<Engine>(Engine::Timing{});
   if (transport_) {
@@ -321,25 +323,25 @@ void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
   }
 }
 
-template <typename Algorithm>
-c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
-    OpDescriptor op,
-    c10d::OpType opType,
-    const char* profilingTitle,
+std::chrono::milliseconds DummyBackend::stamp(
+    OpDescriptor& op,
     const std::vector<at::Tensor>& inputs,
-    std::vector<at::Tensor> outputs,
-    std::chrono::milliseconds timeout,
-    Algorithm algorithm) {
+    const std::vector<at::Tensor>& outputs,
+    std::chrono::milliseconds timeout) {
   op.seq = ++seq_;
   if (at::hasCallbacks()) { // a profiler or another observer listens
     recordParamComms(op, inputs, outputs);
   }
-  const auto limit = timeout == c10d::kUnsetTimeout ? options_->timeout : timeout;
-  // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
-  auto body = [transport = transport_.get(), op, limit, algorithm = std::move(algorithm)]() {
-    transport->beginOp(op, Clock::now() + limit);
-    algorithm(*transport);
-  };
+  return timeout == c10d::kUnsetTimeout ? options_->timeout : timeout;
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(
+    const OpDescriptor& op,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor> outputs,
+    std::function<void(DummyWork&)> body) {
   auto work = c10::make_intrusive<DummyWork>(
       getRank(),
       opType,
@@ -351,6 +353,52 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
       engine_);
   engine_->enqueue(work);
   return work;
+}
+
+template <typename Algorithm>
+c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
+    OpDescriptor op,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor> outputs,
+    std::chrono::milliseconds timeout,
+    Algorithm algorithm) {
+  const auto limit = stamp(op, inputs, outputs, timeout);
+  // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
+  auto body = [transport = transport_.get(), op, limit, algorithm = std::move(algorithm)](
+                  DummyWork&) {
+    transport->beginOp(op, Clock::now() + limit);
+    algorithm(*transport);
+  };
+  return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(body));
+}
+
+bool DummyBackend::onDevicePath(const std::vector<at::Tensor>& tensors) const {
+  return device_ && !tensors.empty() && tensors[0].is_cuda() && device_->accepts(tensors);
+}
+
+template <typename Body>
+c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
+    OpDescriptor op,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor> outputs,
+    std::chrono::milliseconds timeout,
+    Body body) {
+  op.path = DataPath::kCudaIpc;
+  const auto limit = stamp(op, inputs, outputs, timeout);
+  std::vector<at::Tensor> touched(inputs);
+  touched.insert(touched.end(), outputs.begin(), outputs.end());
+  auto ticket = device_->submit(touched);
+  // Raw pointers: the engine (which runs bodies) is destroyed before the transport and device.
+  auto run = [transport = transport_.get(), device = device_.get(), op, limit, ticket,
+              body = std::move(body)](DummyWork& work) mutable {
+    transport->beginOp(op, Clock::now() + limit);
+    device->run(*ticket, work, [&] { body(*device, *transport); });
+  };
+  return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(run));
 }
 
 OpDescriptor DummyBackend::describe(
@@ -431,6 +479,24 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
   op.dtype = static_cast<int32_t>(tensor.scalar_type());
   op.numel = tensor.numel();
   op.reduceOp = static_cast<int32_t>(opts.reduceOp.op_);
+  if (onDevicePath(tensors)) {
+    if (getSize() == 1 && !spec.premul) {
+      // Nothing moves and nothing changes (AVG divides by one): no device work to order, as
+      // NCCL does for one rank.
+      stamp(op, tensors, tensors, opts.timeout);
+      return DummyWork::completed(getRank(), c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors);
+    }
+    return submitDevice(
+        op,
+        c10d::OpType::ALLREDUCE,
+        "dummy:all_reduce",
+        tensors,
+        tensors,
+        opts.timeout,
+        [tensor = tensors[0], spec](DeviceCollectives& d, Transport& t) mutable {
+          d.allreduce(t, tensor, spec);
+        });
+  }
   auto staged = std::make_shared<HostStaging>(tensor);
   return submit(
       op,
@@ -475,6 +541,20 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
   op.kind = CollectiveKind::kAllgather;
   op.dtype = static_cast<int32_t>(input.scalar_type());
   op.numel = input.numel();
+  std::vector<at::Tensor> touched(outputs);
+  touched.push_back(input);
+  if (onDevicePath(touched)) {
+    return submitDevice(
+        op,
+        c10d::OpType::ALLGATHER,
+        "dummy:all_gather",
+        inputTensors,
+        outputs,
+        opts.timeout,
+        [input, outputs](DeviceCollectives& d, Transport& t) mutable {
+          d.allgather(t, outputs, input);
+        });
+  }
   auto in = std::make_shared<HostStaging>(input);
   auto outs = std::make_shared<std::vector<HostStaging>>(outputs.begin(), outputs.end());
   return submit(
@@ -510,6 +590,18 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
   op.kind = CollectiveKind::kAllgatherBase;
   op.dtype = static_cast<int32_t>(inputBuffer.scalar_type());
   op.numel = inputBuffer.numel();
+  if (onDevicePath({inputBuffer, outputBuffer})) {
+    return submitDevice(
+        op,
+        c10d::OpType::_ALLGATHER_BASE,
+        "dummy:_allgather_base",
+        {inputBuffer},
+        {outputBuffer},
+        opts.timeout,
+        [input = inputBuffer, output = outputBuffer](DeviceCollectives& d, Transport& t) mutable {
+          d.allgatherBase(t, output, input);
+        });
+  }
   auto in = std::make_shared<HostStaging>(inputBuffer);
   auto out = std::make_shared<HostStaging>(outputBuffer);
   return submit(
@@ -543,6 +635,18 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::broadcast(
   op.root = static_cast<int32_t>(opts.rootRank);
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = root == getRank();
+  if (onDevicePath(tensors)) {
+    return submitDevice(
+        op,
+        c10d::OpType::BROADCAST,
+        "dummy:broadcast",
+        tensors,
+        tensors,
+        opts.timeout,
+        [tensor = tensors[0], root](DeviceCollectives& d, Transport& t) mutable {
+          d.broadcast(t, tensor, root);
+        });
+  }
   auto staged = std::make_shared<HostStaging>(tensor);
   return submit(
       op,
@@ -910,6 +1014,21 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
   requireReal(collective);
   const bool coalesced = std::strcmp(collective, "_reduce_scatter_base") != 0;
   const int ws = getSize();
+  if (!coalesced && onDevicePath({inputs[0], outputs[0]})) {
+    return submitDevice(
+        describe(
+            CollectiveKind::kReduceScatterBase, outputs[0], outputs[0].numel(), -1,
+            opts.reduceOp.op_),
+        c10d::OpType::_REDUCE_SCATTER_BASE,
+        "dummy:_reduce_scatter_base",
+        inputs,
+        outputs,
+        opts.timeout,
+        [input = inputs[0], output = outputs[0], spec = specs[0]](
+            DeviceCollectives& d, Transport& t) mutable {
+          d.reduceScatterBase(t, output, input, spec);
+        });
+  }
   auto in = std::make_shared<HostStagingList>(inputs);
   auto out = std::make_shared<HostStagingList>(outputs);
   return submit(

@@ -22,7 +22,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::init([](std::optional<std::string> mode,
                       std::optional<size_t> bufferBytes,
                       std::optional<size_t> oneShotMaxBytes,
-                      std::optional<long> spinUs) {
+                      std::optional<long> spinUs,
+                      std::optional<bool> cudaIpc,
+                      std::optional<size_t> cudaBufferBytes) {
             auto options = c10::make_intrusive<BackendOptions>();
             if (mode) {
               options->mode = dummy_collectives::parseMode(*mode);
@@ -37,13 +39,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             if (spinUs) {
               options->spinMicros = *spinUs;
             }
+            if (cudaIpc) {
+              options->cudaIpc = *cudaIpc;
+            }
+            if (cudaBufferBytes) {
+              TORCH_CHECK_VALUE(
+                  *cudaBufferBytes >= 65536, "cuda_buffer_bytes must be at least 65536");
+              options->cudaBufferBytes = *cudaBufferBytes;
+            }
             return options;
           }),
           py::kw_only(),
           py::arg("mode") = py::none(),
           py::arg("buffer_bytes") = py::none(),
           py::arg("one_shot_max_bytes") = py::none(),
-          py::arg("spin_us") = py::none())
+          py::arg("spin_us") = py::none(),
+          py::arg("cuda_ipc") = py::none(),
+          py::arg("cuda_buffer_bytes") = py::none())
       .def_property(
           "mode",
           [](const BackendOptions& o) { return dummy_collectives::modeName(o.mode); },
@@ -52,7 +64,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           })
       .def_readwrite("buffer_bytes", &BackendOptions::bufferBytes)
       .def_readwrite("one_shot_max_bytes", &BackendOptions::oneShotMaxBytes)
-      .def_readwrite("spin_us", &BackendOptions::spinMicros);
+      .def_readwrite("spin_us", &BackendOptions::spinMicros)
+      .def_readwrite("cuda_ipc", &BackendOptions::cudaIpc)
+      .def_readwrite("cuda_buffer_bytes", &BackendOptions::cudaBufferBytes);
 
   py::class_<DummyBackend, c10d::Backend, c10::intrusive_ptr<DummyBackend>>(m, "DummyBackend")
       .def(

@@ -13,6 +13,8 @@
 
 namespace dummy_collectives {
 
+class DeviceCollectives;
+class DummyWork;
 class Engine;
 class P2pEngine;
 class ShmTransport;
@@ -133,6 +135,33 @@ class DummyBackend final : public c10d::Backend {
       std::vector<at::Tensor> outputs,
       std::chrono::milliseconds timeout,
       Algorithm algorithm);
+  // Enqueues a collective on device tensors that takes the device path (device_->accepts());
+  // `body(DeviceCollectives&, Transport&)` runs on the engine thread inside device_->run().
+  template <typename Body>
+  c10::intrusive_ptr<c10d::Work> submitDevice(
+      OpDescriptor op,
+      c10d::OpType opType,
+      const char* profilingTitle,
+      const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor> outputs,
+      std::chrono::milliseconds timeout,
+      Body body);
+  // Numbers the collective and tells the profiler; returns how long it may take.
+  std::chrono::milliseconds stamp(
+      OpDescriptor& op,
+      const std::vector<at::Tensor>& inputs,
+      const std::vector<at::Tensor>& outputs,
+      std::chrono::milliseconds timeout);
+  c10::intrusive_ptr<c10d::Work> enqueue(
+      const OpDescriptor& op,
+      c10d::OpType opType,
+      const char* profilingTitle,
+      const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor> outputs,
+      std::function<void(DummyWork&)> body);
+  // Whether device tensors take the device path (CUDA IPC); false for CPU tensors, in zero mode
+  // and in CPU-only builds.
+  bool onDevicePath(const std::vector<at::Tensor>& tensors) const;
   // The descriptor of a collective over `reference`'s dtype and `numel` elements per rank.
   static OpDescriptor describe(
       CollectiveKind kind,
@@ -169,6 +198,7 @@ class DummyBackend final : public c10d::Backend {
   std::shared_ptr<ShmTransport> transport_; // null in zero mode
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
+  std::shared_ptr<DeviceCollectives> device_; // null in zero mode and CPU-only builds
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
   int pid_;          // the process that made the backend (its threads exist only there)
 };
