@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <c10/util/StringUtil.h>
@@ -172,6 +173,40 @@ void allgatherInto(Transport& t, const at::Tensor& input, at::Tensor& output) {
   const size_t bytes = static_cast<size_t>(input.numel()) * input.element_size();
   std::byte* out = bytesOf(output);
   gatherInto(t, input, true, [&](int r) { return out + static_cast<size_t>(r) * bytes; });
+}
+
+at::Tensor allreduceSparse(Transport& t, const at::Tensor& input) {
+  const int ws = t.size();
+  const at::Tensor mine = input.coalesce();
+  const int64_t nnz = mine._nnz();
+  at::Tensor counts = at::empty({ws}, at::kLong);
+  allgatherInto(t, at::full({1}, nnz, at::kLong), counts);
+  const int64_t most = counts.max().item<int64_t>();
+  // Indices [sparse_dim, nnz] and values [nnz, dense sizes...], padded to the largest nnz so one
+  // all-gather of fixed size moves each.
+  const int64_t sparseDim = mine.sparse_dim();
+  std::vector<int64_t> valueShape = mine.values().sizes().vec();
+  valueShape[0] = most;
+  at::Tensor indices = at::zeros({sparseDim, most}, at::kLong);
+  indices.narrow(1, 0, nnz).copy_(mine.indices());
+  at::Tensor values = at::zeros(valueShape, mine.values().options());
+  values.narrow(0, 0, nnz).copy_(mine.values());
+  at::Tensor allIndices = at::empty({ws * indices.numel()}, at::kLong);
+  allgatherInto(t, indices.reshape(-1), allIndices);
+  at::Tensor allValues = at::empty({ws * values.numel()}, values.options());
+  allgatherInto(t, values.reshape(-1), allValues);
+  valueShape.insert(valueShape.begin(), ws);
+  allIndices = allIndices.view({ws, sparseDim, most});
+  allValues = allValues.view(valueShape);
+  at::Tensor sum;
+  for (int r = 0; r < ws; ++r) {
+    const int64_t n = counts[r].item<int64_t>();
+    at::Tensor part = at::sparse_coo_tensor(
+        allIndices[r].narrow(1, 0, n), allValues[r].narrow(0, 0, n), mine.sizes(),
+        mine.options());
+    sum = r == 0 ? part : sum + part;
+  }
+  return sum.coalesce();
 }
 
 namespace {

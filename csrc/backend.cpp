@@ -239,6 +239,31 @@ void flushForExit(const ExitEntry& entry, std::chrono::steady_clock::time_point 
   watchdog.join();
 }
 
+// FNV-1a over 64-bit values: a descriptor's layout digest.
+uint64_t digestOf(const std::vector<int64_t>& values) {
+  uint64_t digest = 14695981039346656037ULL;
+  for (const int64_t v : values) {
+    const auto value = static_cast<uint64_t>(v);
+    for (int byte = 0; byte < 8; ++byte) {
+      digest = (digest ^ ((value >> (8 * byte)) & 0xff)) * 1099511628211ULL;
+    }
+  }
+  return digest;
+}
+
+// Coalesced collectives: every tensor's dtype and element count, in order, folded into the
+// descriptor, so ranks whose lists differ in any one tensor fail the descriptor check instead
+// of silently reducing unrelated elements (the totals alone can match).
+OpDescriptor withLayout(OpDescriptor op, const std::vector<at::Tensor>& tensors) {
+  std::vector<int64_t> values;
+  for (const auto& t : tensors) {
+    values.push_back(static_cast<int64_t>(t.scalar_type()));
+    values.push_back(t.numel());
+  }
+  op.layout = digestOf(values);
+  return op;
+}
+
 } // namespace
 
 DummyBackend::DummyBackend(
@@ -466,6 +491,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::zeroed(
 c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == c10::kSparse) {
+    return allreduce_sparse(tensors, opts); // gloo's dispatch: the frontend sends both here
+  }
   const Checker check("allreduce", getRank(), getSize());
   check.single(tensors, "input");
   const at::Tensor& tensor = tensors[0];
@@ -509,6 +537,48 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
         at::Tensor& host = staged->acquire(/*copyIn=*/true);
         algorithms::allreduce(t, host, spec, oneShot);
         staged->release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_sparse(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceOptions& opts) {
+  const Checker check("allreduce_sparse", getRank(), getSize());
+  check.require(tensors.size() == 1, "expected a list of exactly 1 tensor, got ", tensors.size());
+  const at::Tensor& tensor = tensors[0];
+  check.require(
+      tensor.defined() && tensor.layout() == c10::kSparse,
+      "expected a sparse COO tensor, got a ",
+      tensor.layout(),
+      " one");
+  check.require(
+      tensor.device().is_cpu(),
+      "sparse tensors must be on the CPU here, got one on '",
+      tensor.device(),
+      "'; move it with .cpu() or use a dense tensor");
+  check.require(
+      opts.reduceOp.op_ == c10d::ReduceOp::SUM,
+      "sparse tensors are summed (ReduceOp.SUM, as with gloo); got another ReduceOp");
+  requireReal("allreduce_sparse");
+  OpDescriptor op;
+  op.kind = CollectiveKind::kAllreduceSparse;
+  op.dtype = static_cast<int32_t>(tensor.scalar_type());
+  op.numel = tensor.numel();
+  op.reduceOp = static_cast<int32_t>(c10d::ReduceOp::SUM);
+  // Ranks must agree on the sizes and the sparse/dense split, not only the element count.
+  std::vector<int64_t> shape = tensor.sizes().vec();
+  shape.push_back(tensor.sparse_dim());
+  op.layout = digestOf(shape);
+  return submit(
+      op,
+      c10d::OpType::_ALLREDUCE_SPARSE,
+      "dummy:sparse_all_reduce",
+      tensors,
+      tensors,
+      opts.timeout,
+      [tensor = tensors[0]](Transport& t) {
+        // Replaces the tensor's indices and values with the sum's (gloo does the same).
+        tensor.copy_(algorithms::allreduceSparse(t, tensor));
       });
 }
 
@@ -672,24 +742,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions&
 }
 
 namespace {
-
-// Coalesced collectives: every tensor's dtype and element count, in order, folded into the
-// descriptor (FNV-1a), so ranks whose lists differ in any one tensor fail the descriptor check
-// instead of silently reducing unrelated elements (the totals alone can match).
-OpDescriptor withLayout(OpDescriptor op, const std::vector<at::Tensor>& tensors) {
-  uint64_t digest = 14695981039346656037ULL;
-  auto mix = [&](uint64_t value) {
-    for (int byte = 0; byte < 8; ++byte) {
-      digest = (digest ^ ((value >> (8 * byte)) & 0xff)) * 1099511628211ULL;
-    }
-  };
-  for (const auto& t : tensors) {
-    mix(static_cast<uint64_t>(t.scalar_type()));
-    mix(static_cast<uint64_t>(t.numel()));
-  }
-  op.layout = digest;
-  return op;
-}
 
 int64_t totalNumel(const std::vector<at::Tensor>& tensors) {
   int64_t total = 0;

@@ -68,6 +68,8 @@ const char* collectiveName(CollectiveKind kind) {
       return "alltoall";
     case CollectiveKind::kAlltoallBase:
       return "alltoall_base";
+    case CollectiveKind::kAllreduceSparse:
+      return "allreduce_sparse";
   }
   return "unknown collective";
 }

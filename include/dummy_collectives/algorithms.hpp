@@ -31,6 +31,11 @@ void allgather(Transport& t, const at::Tensor& input, std::vector<at::Tensor>& o
 // output (world size * input.numel() elements) receives the inputs concatenated in rank order.
 void allgatherInto(Transport& t, const at::Tensor& input, at::Tensor& output);
 
+// The sum of every rank's sparse COO tensor `input` (on the CPU, same sizes everywhere), as gloo
+// computes it: each rank's nnz is gathered, then every rank's indices and values padded to the
+// largest nnz; the tensors are added in rank order and coalesced.
+at::Tensor allreduceSparse(Transport& t, const at::Tensor& input);
+
 // On root, outputs[r] receives rank r's input; other ranks pass an empty outputs list.
 void gather(Transport& t, const at::Tensor& input, std::vector<at::Tensor>& outputs, int root);
 

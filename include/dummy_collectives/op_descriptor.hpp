@@ -23,6 +23,7 @@ enum class CollectiveKind : uint32_t {
   kReduceScatterTensorCoalesced,
   kAlltoall,
   kAlltoallBase,
+  kAllreduceSparse,
 };
 
 const char* collectiveName(CollectiveKind kind);
