@@ -379,11 +379,14 @@ void ShmTransport::checkPeers(uint64_t step) {
   if (Clock::now() >= deadline_) {
     const auto waited =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - opStart_).count();
+    const auto limit =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - opStart_).count();
     fail(c10::str(
         "timed out after ",
         waited,
-        " ms (the group timeout)",
-        " waiting for ranks ",
+        " ms (its timeout is ",
+        limit,
+        " ms) waiting for ranks ",
         c10::Join(", ", missing),
         " to arrive (step ",
         step - opFirstStep_ + 1,

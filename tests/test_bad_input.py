@@ -119,7 +119,11 @@ BAD_CALLS: dict[str, tuple[str, Call]] = {
     "recv: src out of range": ("recv", lambda r, ws, be: be.recv([ones(4)], ws + 1, 0)),
     # layouts and devices the backend cannot move (torch's dispatcher refuses some sparse calls
     # before the backend sees them: those go to the backend directly)
-    "allreduce: sparse": ("allreduce", lambda r, ws, be: dist.all_reduce(ones(4).to_sparse())),
+    # Sparse allreduce sums (as gloo's); another ReduceOp is refused.
+    "allreduce: sparse MAX": (
+        "allreduce_sparse",
+        lambda r, ws, be: dist.all_reduce(ones(4).to_sparse(), op=dist.ReduceOp.MAX),
+    ),
     "allgather: sparse input (backend)": (
         "allgather",
         lambda r, ws, be: be.allgather([[ones(4) for _ in range(ws)]], [ones(4).to_sparse()]),

@@ -123,6 +123,15 @@ class DummyBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  // gloo's monitored barrier: rank 0 hears from every rank within the timeout (or names the
+  // first, or with waitAllRanks every, rank that did not come), then releases them.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
+  // Every rank numbers its collectives from zero in issue order, so the group is in sync by
+  // construction (TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper compares these).
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override {
+    return seq_;
+  }
 
   Mode mode() const {
     return options_->mode;
