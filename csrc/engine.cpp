@@ -64,7 +64,7 @@ void Engine::drain() {
   }
 }
 
-void Engine::runUntil(const DummyWork& work) {
+void Engine::runUntil(const DummyWork& work, std::chrono::steady_clock::time_point /*deadline*/) {
   std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
   if (!exec.owns_lock()) {
     return; // the worker is running the queue; the caller blocks on the Work instead

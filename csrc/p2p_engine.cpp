@@ -411,7 +411,7 @@ bool P2pEngine::pendingLocked() const {
       std::any_of(sends_.begin(), sends_.end(), [](const auto& q) { return !q.empty(); });
 }
 
-void P2pEngine::runUntil(const DummyWork& work) {
+void P2pEngine::runUntil(const DummyWork& work, std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) {
     return;
@@ -421,7 +421,7 @@ void P2pEngine::runUntil(const DummyWork& work) {
       idle = 0;
       continue;
     }
-    if (!pendingLocked()) {
+    if (!pendingLocked() || std::chrono::steady_clock::now() >= deadline) {
       return;
     }
     // Nothing moved: the peer is not there yet. Poll gently; let other posters in.

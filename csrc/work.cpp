@@ -112,12 +112,15 @@ bool DummyWork::isCompleted() {
 }
 
 bool DummyWork::wait(std::chrono::milliseconds timeout) {
+  using SteadyClock = std::chrono::steady_clock;
+  const bool bounded = timeout != kNoTimeout && timeout < std::chrono::hours(24 * 365);
+  const auto deadline = bounded ? SteadyClock::now() + timeout : SteadyClock::time_point::max();
   if (!done()) {
     if (auto progress = progress_.lock()) {
-      progress->runUntil(*this);
+      progress->runUntil(*this, deadline);
     }
     // Another thread runs it: a short polite spin catches the common quick finish without a
-    // sleep and wake-up; Work::wait then blocks on the condition variable.
+    // sleep and wake-up; then we block on the condition variable.
     for (int i = 0; i < 64 && !done(); ++i) {
       std::this_thread::yield();
     }
@@ -125,9 +128,9 @@ bool DummyWork::wait(std::chrono::milliseconds timeout) {
   {
     // c10d::Work::wait, less its synchronize(): that blocks the host here (see synchronize()).
     std::unique_lock<std::mutex> lock(mutex_);
-    if (timeout == kNoTimeout) {
+    if (!bounded) {
       cv_.wait(lock, [&] { return completed_; });
-    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    } else if (!cv_.wait_until(lock, deadline, [&] { return completed_; })) {
       TORCH_CHECK(false, "dummy: Work.wait timed out after ", timeout.count(), " ms");
     }
     if (exception_) {

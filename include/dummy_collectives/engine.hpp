@@ -41,7 +41,7 @@ class Engine final : public Progress {
 
   // Runs queued work on the calling thread until `work` has run; if another thread is running
   // the queue, returns at once (the caller then blocks on the Work).
-  void runUntil(const DummyWork& work) override;
+  void runUntil(const DummyWork& work, std::chrono::steady_clock::time_point deadline) override;
 
   // Runs everything queued on the calling thread (waiting for a thread that is running the
   // queue to finish first); on return no queued or running Work is left.

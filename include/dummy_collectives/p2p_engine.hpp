@@ -53,7 +53,7 @@ class P2pEngine final : public Progress {
       uint64_t bytes,
       Finish finish);
 
-  void runUntil(const DummyWork& work) override;
+  void runUntil(const DummyWork& work, std::chrono::steady_clock::time_point deadline) override;
   void expedite() override;
 
   void setTimeout(std::chrono::milliseconds timeout);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <chrono>
+
 namespace dummy_collectives {
 
 class DummyWork;
@@ -10,8 +12,12 @@ class Progress {
  public:
   virtual ~Progress() = default;
   // Makes progress on the calling thread until `work` is done, or returns at once if another
-  // thread is making progress (the caller then blocks on the Work).
-  virtual void runUntil(const DummyWork& work) = 0;
+  // thread is making progress (the caller then blocks on the Work). Point-to-point progress
+  // also gives up at `deadline` (Work.wait(timeout)); a collective, once started, runs to its
+  // end or its own timeout.
+  virtual void runUntil(
+      const DummyWork& work,
+      std::chrono::steady_clock::time_point deadline) = 0;
   // Someone depends on progress without waiting (a future callback): do not delay it.
   virtual void expedite() = 0;
 };
