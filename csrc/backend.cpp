@@ -352,10 +352,13 @@ std::chrono::milliseconds DummyBackend::stamp(
     OpDescriptor& op,
     const std::vector<at::Tensor>& inputs,
     const std::vector<at::Tensor>& outputs,
-    std::chrono::milliseconds timeout) {
+    std::chrono::milliseconds timeout,
+    const SplitSizes& splits) {
   op.seq = ++seq_;
   if (at::hasCallbacks()) { // a profiler or another observer listens
-    recordParamComms(op, inputs, outputs);
+    const auto dtype = op.dtype >= 0 ? static_cast<at::ScalarType>(op.dtype) : at::kByte;
+    recordParamComms(
+        op.seq, false, collectiveName(op.kind), getRank(), dtype, inputs, outputs, splits);
   }
   return timeout == c10d::kUnsetTimeout ? options_->timeout : timeout;
 }
@@ -388,8 +391,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     const std::vector<at::Tensor>& inputs,
     std::vector<at::Tensor> outputs,
     std::chrono::milliseconds timeout,
-    Algorithm algorithm) {
-  const auto limit = stamp(op, inputs, outputs, timeout);
+    Algorithm algorithm,
+    const SplitSizes& splits) {
+  const auto limit = stamp(op, inputs, outputs, timeout, splits);
   // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
   auto body = [transport = transport_.get(), op, limit, algorithm = std::move(algorithm)](
                   DummyWork&) {
@@ -448,11 +452,15 @@ void DummyBackend::requireReal(const char* collective) const {
 }
 
 void DummyBackend::recordParamComms(
-    const OpDescriptor& op,
+    uint64_t seq,
+    bool p2p,
+    const std::string& name,
+    int rank,
+    at::ScalarType dtype,
     const std::vector<at::Tensor>& inputs,
-    const std::vector<at::Tensor>& outputs) const {
-  // What the built-in backends record for profilers and trace tools ("record_param_comms" with
-  // sizes, dtype, group). The caller checks that somebody listens: the macro allocates.
+    const std::vector<at::Tensor>& outputs,
+    const SplitSizes& splits) const {
+  // The caller checks that somebody listens: the macro allocates.
   auto total = [](const std::vector<at::Tensor>& tensors) {
     int64_t n = 0;
     for (const auto& t : tensors) {
@@ -460,19 +468,18 @@ void DummyBackend::recordParamComms(
     }
     return n;
   };
-  const auto dtype = op.dtype >= 0 ? static_cast<at::ScalarType>(op.dtype) : at::kByte;
   RECORD_PARAM_COMMS_DATA(
-      std::make_tuple(static_cast<int64_t>(op.seq), false),
+      std::make_tuple(static_cast<int64_t>(seq), p2p),
       std::make_tuple(getGroupUid(), getGroupDesc()),
       inputs,
       outputs,
-      getRank(),
-      std::string(collectiveName(op.kind)),
+      rank,
+      std::string(name), // the macro takes its strings and vectors by value (rvalues)
       total(inputs),
       total(outputs),
       dtype,
-      std::vector<int64_t>(),
-      std::vector<int64_t>(),
+      std::vector<int64_t>(splits.in),
+      std::vector<int64_t>(splits.out),
       -1,
       -1,
       getSize());
@@ -1244,7 +1251,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
         algorithms::alltoall(t, sends, receives);
         in->release(/*copyOut=*/false);
         out->release(/*copyOut=*/true);
-      });
+      },
+      SplitSizes{inputSplitSizes, outputSplitSizes});
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
@@ -1309,6 +1317,11 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::send(
       " is not another rank of this group of ",
       getSize());
   requireReal("send");
+  ++p2pSeq_;
+  if (at::hasCallbacks()) {
+    recordParamComms(
+        p2pSeq_, true, "send", dstRank, tensors[0].scalar_type(), tensors, tensors);
+  }
   // Staged on the caller's thread: the sender's data is taken as it is at the call.
   auto staged = std::make_shared<HostStaging>(tensors[0]);
   const at::Tensor& host = staged->acquire(/*copyIn=*/true);
@@ -1349,6 +1362,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
   const Checker check(what, getRank(), getSize());
   check.single(tensors, "output");
   requireReal(what);
+  ++p2pSeq_;
+  if (at::hasCallbacks()) {
+    recordParamComms(p2pSeq_, true, what, srcRank, tensors[0].scalar_type(), tensors, tensors);
+  }
   auto staged = std::make_shared<HostStaging>(tensors[0]);
   at::Tensor& host = staged->acquire(/*copyIn=*/false);
   auto work = c10::make_intrusive<DummyWork>(

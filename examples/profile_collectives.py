@@ -62,7 +62,10 @@ def issue_all(group: dist.ProcessGroup | None = None) -> None:
         warnings.simplefilter("ignore", FutureWarning)
         dist.reduce_scatter_tensor(torch.empty(2, 4), torch.ones(2 * world, 4), group=group)
     pg.reduce_scatter_tensor_coalesced([torch.empty(2, 4)], [torch.ones(2 * world, 4)]).wait()
-    dist.all_to_all_single(torch.empty(2 * world), torch.ones(2 * world), group=group)
+    splits = [2] * world  # explicit split sizes: trace tools see them in record_param_comms
+    dist.all_to_all_single(
+        torch.empty(2 * world), torch.ones(2 * world), splits, splits, group=group
+    )
     dist.all_to_all(
         [torch.empty(2) for _ in range(world)], [torch.ones(2) for _ in range(world)], group=group
     )

@@ -225,11 +225,13 @@ def _profile(out_dir: str, use_reference: bool) -> dict[str, Any]:
     result["expected"] = example.expected(dist.get_rank(), dist.get_world_size())
     with open(result["trace"]) as f:
         trace = json.load(f)["traceEvents"]
-    result["param_comms"] = [
-        e["args"].get("Collective name")
+    comms = [
+        e["args"]
         for e in sorted(trace, key=lambda e: e.get("ts", 0))
         if e.get("name") == "record_param_comms"
     ]
+    result["param_comms"] = [a.get("Collective name") for a in comms]
+    result["splits"] = [(a.get("Collective name"), a.get("In split size")) for a in comms]
     return result
 
 
@@ -246,9 +248,12 @@ def test_profiler_events_names_and_shapes(pool: support.PoolFactory) -> None:
         trace = [(name, dims if dims is not None else []) for name, dims in r["trace_events"]]
         assert trace == r["expected"], (rank, trace)
         assert Path(r["trace"]).name == f"trace_rank{rank}.json"
-        # record_param_comms (sizes, dtype, group for trace tools) for every collective.
-        collectives = [n for n in names if not n.startswith(("dummy:send", "dummy:recv"))]
-        assert len(r["param_comms"]) >= len(collectives), r["param_comms"]
+        # record_param_comms (sizes, dtype, group for trace tools) for every operation,
+        # point-to-point included (as NCCL records them), with all-to-all's split sizes.
+        assert len(r["param_comms"]) >= len(names), (r["param_comms"], names)
+        p2p = [n for n in r["param_comms"] if n in ("send", "recv", "recvAnysource")]
+        assert len(p2p) == len([n for n in names if n.startswith(("dummy:send", "dummy:recv"))])
+        assert any(splits for name, splits in r["splits"] if name == "alltoall_base"), r["splits"]
 
     # Gloo, for comparison: its receive events carry the buffer's shape.
     gloo = pool(2).run_ok(_profile, out_dir + "-gloo", True)

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -15,6 +16,12 @@ namespace dummy_collectives {
 
 class DeviceCollectives;
 class DummyWork;
+
+// What record_param_comms reports beyond the tensors: all-to-all's split sizes (in rows).
+struct SplitSizes {
+  std::vector<int64_t> in;
+  std::vector<int64_t> out;
+};
 class Engine;
 class P2pEngine;
 class ShmTransport;
@@ -147,7 +154,8 @@ class DummyBackend final : public c10d::Backend {
       const std::vector<at::Tensor>& inputs,
       std::vector<at::Tensor> outputs,
       std::chrono::milliseconds timeout,
-      Algorithm algorithm);
+      Algorithm algorithm,
+      const SplitSizes& splits = {});
   // Enqueues a collective on device tensors that takes the device path (device_->accepts());
   // `body(DeviceCollectives&, Transport&)` runs on the engine thread inside device_->run().
   template <typename Body>
@@ -164,7 +172,8 @@ class DummyBackend final : public c10d::Backend {
       OpDescriptor& op,
       const std::vector<at::Tensor>& inputs,
       const std::vector<at::Tensor>& outputs,
-      std::chrono::milliseconds timeout);
+      std::chrono::milliseconds timeout,
+      const SplitSizes& splits = {});
   c10::intrusive_ptr<c10d::Work> enqueue(
       const OpDescriptor& op,
       c10d::OpType opType,
@@ -184,10 +193,17 @@ class DummyBackend final : public c10d::Backend {
       int reduceOp = -1,
       int count = 1);
   void requireReal(const char* collective) const;
+  // What the built-in backends record for profilers and trace tools (record_param_comms).
+  // `rank` is this rank for collectives and the peer for point-to-point, as NCCL records it.
   void recordParamComms(
-      const OpDescriptor& op,
+      uint64_t seq,
+      bool p2p,
+      const std::string& name,
+      int rank,
+      at::ScalarType dtype,
       const std::vector<at::Tensor>& inputs,
-      const std::vector<at::Tensor>& outputs) const;
+      const std::vector<at::Tensor>& outputs,
+      const SplitSizes& splits = {}) const;
   // _reduce_scatter_base and reduce_scatter_tensor_coalesced: outputs[i] receives part rank()
   // of the reduction of every rank's inputs[i].
   c10::intrusive_ptr<c10d::Work> reduceScatterTensors(
@@ -213,6 +229,7 @@ class DummyBackend final : public c10d::Backend {
   std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
   std::shared_ptr<DeviceCollectives> device_; // null in zero mode and CPU-only builds
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
+  uint64_t p2pSeq_ = 0; // point-to-point operations issued (for the profiler's records)
   int pid_;          // the process that made the backend (its threads exist only there)
 };
 
