@@ -340,3 +340,9 @@ def reference(dtype: torch.dtype, op: str, inputs: Sequence[torch.Tensor]) -> to
     else:
         raise AssertionError(op)
     return out.to(dtype)
+
+
+def cuda_device() -> torch.device:
+    """GPU 0, made this process's current device (the CUDA tests put every rank on it)."""
+    torch.cuda.set_device(0)
+    return torch.device("cuda", 0)

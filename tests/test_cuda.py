@@ -45,16 +45,11 @@ CUDA_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BXOR", "PREMUL_SUM")
 CUDA_SHAPES: tuple[tuple[int, ...], ...] = ((0,), (1,), (1023,), (3, 5, 7), (20011,))
 
 
-def _device() -> torch.device:
-    torch.cuda.set_device(0)
-    return torch.device("cuda", 0)
-
-
 def check_cuda_allreduce(
     dtypes: Sequence[torch.dtype], ops: Sequence[str], shapes: Sequence[tuple[int, ...]]
 ) -> list[str]:
     rank, ws = dist.get_rank(), dist.get_world_size()
-    device = _device()
+    device = support.cuda_device()
     failures: list[str] = []
     for dtype in dtypes:
         for op_index, op in enumerate(ops):
@@ -85,7 +80,7 @@ def check_cuda_all_gather_and_broadcast(
     dtypes: Sequence[torch.dtype], shapes: Sequence[tuple[int, ...]]
 ) -> list[str]:
     rank, ws = dist.get_rank(), dist.get_world_size()
-    device = _device()
+    device = support.cuda_device()
     failures: list[str] = []
     for dtype in dtypes:
         for seed, shape in enumerate(shapes):
@@ -115,7 +110,7 @@ def check_cuda_all_gather_and_broadcast(
 
 def check_cuda_async() -> list[str]:
     rank, ws = dist.get_rank(), dist.get_world_size()
-    device = _device()
+    device = support.cuda_device()
     failures: list[str] = []
     pending = []
     for seed in range(8):

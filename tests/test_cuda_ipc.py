@@ -29,17 +29,12 @@ SHAPES: tuple[tuple[int, ...], ...] = ((0,), (1,), (1023,), (3, 5, 7))
 CHUNKED_ENV = {"DUMMY_COLLECTIVES_CUDA_BUFFER_BYTES": "65536"}
 
 
-def _device() -> torch.device:
-    torch.cuda.set_device(0)
-    return torch.device("cuda", 0)
-
-
 def check_tensor_collectives(
     dtypes: Sequence[torch.dtype], ops: Sequence[str], shapes: Sequence[tuple[int, ...]]
 ) -> list[str]:
     """all_gather_into_tensor, reduce_scatter_tensor, allreduce and broadcast vs references."""
     rank, ws = dist.get_rank(), dist.get_world_size()
-    device = _device()
+    device = support.cuda_device()
     failures: list[str] = []
     for dtype in dtypes:
         for seed, shape in enumerate(shapes):
@@ -80,7 +75,7 @@ def check_tensor_collectives(
 
 def check_noncontiguous() -> list[str]:
     rank, ws = dist.get_rank(), dist.get_world_size()
-    device = _device()
+    device = support.cuda_device()
     failures: list[str] = []
     inputs = [rank_input(r, (64, 48), torch.float32, seed=3) for r in range(ws)]
     view = inputs[rank].to(device).t()  # transposed: not contiguous
@@ -97,7 +92,7 @@ def check_noncontiguous() -> list[str]:
 def check_stream_semantics() -> list[str]:
     """NCCL's contract: ordered after the caller's stream, wait() does not block the host."""
     rank, ws = dist.get_rank(), dist.get_world_size()
-    device = _device()
+    device = support.cuda_device()
     failures: list[str] = []
     side = torch.cuda.Stream(device)
     inputs = [rank_input(r, (1 << 16,), torch.float32, seed=5) for r in range(ws)]
@@ -128,7 +123,7 @@ def check_stream_semantics() -> list[str]:
 def check_fallback_warns() -> list[str]:
     """With the IPC path off, CUDA tensors are staged through the host (still correct)."""
     rank, ws = dist.get_rank(), dist.get_world_size()
-    device = _device()
+    device = support.cuda_device()
     inputs = [rank_input(r, (4097,), torch.int32, seed=1) for r in range(ws)]
     tensor = inputs[rank].to(device)
     dist.all_reduce(tensor)
@@ -142,7 +137,7 @@ def check_fallback_warns() -> list[str]:
 def ddp_parameters(steps: int) -> dict[str, list[torch.Tensor]]:
     """The same DDP training on dummy and on gloo, from the same start: final parameters."""
     rank = dist.get_rank()
-    device = _device()
+    device = support.cuda_device()
     results: dict[str, list[torch.Tensor]] = {}
     for name, group in (("dummy", None), ("gloo", harness.reference_group())):
         torch.manual_seed(0)
