@@ -14,6 +14,17 @@ namespace {
 using reduce_ops::Accumulator;
 using reduce_ops::Post;
 
+// One launchReduce() call's arguments, passed down the dispatch as one.
+struct FoldCall {
+  const ReduceSpec& spec;
+  void* out;
+  void* copy;
+  const void* const* srcs;
+  int count;
+  int64_t n;
+  cudaStream_t stream;
+};
+
 template <typename T>
 struct Sources {
   const T* ptr[kMaxDeviceSources];
@@ -94,14 +105,8 @@ __global__ void foldKernel(
 }
 
 template <typename T, typename Op, Post kPost>
-void launch(
-    const ReduceSpec& spec,
-    void* out,
-    void* copy,
-    const void* const* srcs,
-    int count,
-    int64_t n,
-    cudaStream_t stream) {
+void launch(const FoldCall& call) {
+  const auto& [spec, out, copy, srcs, count, n, stream] = call;
   using A = typename Accumulator<T>::type;
   constexpr int kVector = sizeof(T) <= 16 ? static_cast<int>(16 / sizeof(T)) : 1;
   Sources<T> sources{};
@@ -138,15 +143,9 @@ void launch(
 
 // The CPU kernel's dispatch (reduce_loops.inc: reduceTyped), for the device.
 template <typename T>
-void launchTyped(
-    const ReduceSpec& spec,
-    void* out,
-    void* copy,
-    const void* const* srcs,
-    int count,
-    int64_t n,
-    cudaStream_t stream) {
+void launchTyped(const FoldCall& call) {
   using namespace reduce_ops;
+  const ReduceSpec& spec = call.spec;
   constexpr bool kComplex = c10::is_complex<T>::value;
   constexpr bool kBitwise = std::is_integral_v<T>; // includes bool
   constexpr bool kBool = std::is_same_v<T, bool>;
@@ -154,41 +153,41 @@ void launchTyped(
     case ReduceKind::kSum:
       if (spec.premul) {
         if constexpr (!kBool) {
-          return launch<T, Sum, Post::kPremul>(spec, out, copy, srcs, count, n, stream);
+          return launch<T, Sum, Post::kPremul>(call);
         }
       } else if (spec.divisor != 1) {
         if constexpr (!kBool) {
-          return launch<T, Sum, Post::kDivide>(spec, out, copy, srcs, count, n, stream);
+          return launch<T, Sum, Post::kDivide>(call);
         }
       } else {
-        return launch<T, Sum, Post::kNone>(spec, out, copy, srcs, count, n, stream);
+        return launch<T, Sum, Post::kNone>(call);
       }
       break;
     case ReduceKind::kProduct:
-      return launch<T, Product, Post::kNone>(spec, out, copy, srcs, count, n, stream);
+      return launch<T, Product, Post::kNone>(call);
     case ReduceKind::kMin:
       if constexpr (!kComplex) {
-        return launch<T, Min, Post::kNone>(spec, out, copy, srcs, count, n, stream);
+        return launch<T, Min, Post::kNone>(call);
       }
       break;
     case ReduceKind::kMax:
       if constexpr (!kComplex) {
-        return launch<T, Max, Post::kNone>(spec, out, copy, srcs, count, n, stream);
+        return launch<T, Max, Post::kNone>(call);
       }
       break;
     case ReduceKind::kBand:
       if constexpr (kBitwise) {
-        return launch<T, BitAnd, Post::kNone>(spec, out, copy, srcs, count, n, stream);
+        return launch<T, BitAnd, Post::kNone>(call);
       }
       break;
     case ReduceKind::kBor:
       if constexpr (kBitwise) {
-        return launch<T, BitOr, Post::kNone>(spec, out, copy, srcs, count, n, stream);
+        return launch<T, BitOr, Post::kNone>(call);
       }
       break;
     case ReduceKind::kBxor:
       if constexpr (kBitwise) {
-        return launch<T, BitXor, Post::kNone>(spec, out, copy, srcs, count, n, stream);
+        return launch<T, BitXor, Post::kNone>(call);
       }
       break;
   }
@@ -212,7 +211,7 @@ void launchReduce(
   switch (spec.dtype) {
 #define DC_DEVICE_CASE(ctype, name)                                        \
   case c10::ScalarType::name:                                              \
-    return launchTyped<ctype>(spec, out, copy, srcs, count, numel, stream);
+    return launchTyped<ctype>(FoldCall{spec, out, copy, srcs, count, numel, stream});
     DC_FOR_EACH_REDUCIBLE_TYPE(DC_DEVICE_CASE)
 #undef DC_DEVICE_CASE
     default:
