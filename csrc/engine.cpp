@@ -1,5 +1,7 @@
 #include <dummy_collectives/engine.hpp>
 
+#include <c10/util/thread_name.h>
+
 #include <dummy_collectives/work.hpp>
 
 namespace dummy_collectives {
@@ -7,7 +9,11 @@ namespace dummy_collectives {
 using std::chrono::steady_clock;
 
 Engine::Engine(Timing timing) : timing_(timing), lastActive_(steady_clock::now()) {
-  worker_ = std::thread([this] { workerLoop(); });
+  worker_ = std::thread([this] {
+    // Named so profilers, py-spy and the tests can tell it from the caller's threads.
+    c10::setThreadName("dc_engine");
+    workerLoop();
+  });
 }
 
 Engine::~Engine() {
@@ -23,6 +29,10 @@ void Engine::enqueue(c10::intrusive_ptr<DummyWork> work) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Issuing collectives is activity even when callers run them all themselves: a worker that
+    // parked while they did would be woken by every single one (two context switches per
+    // collective, each preempting a rank's caller on a machine with a core per rank).
+    lastActive_ = work->enqueuedAt();
     queue_.push_back(std::move(work));
     // A parked worker sleeps without a timeout and must be woken; an active one polls. Several
     // collectives in flight means an asynchronous caller: run them without the grace period.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
+import harness
 import pytest
 import support
 import torch
@@ -207,3 +209,47 @@ def check_async_error() -> list[str]:
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_async_error_reporting(pool: support.PoolFactory, world_size: int) -> None:
     support.assert_no_failures(pool(world_size).run_ok(check_async_error))
+
+
+def engine_wakeups() -> int:
+    """Voluntary context switches of this process's collective engine threads so far."""
+    switches = 0
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() != "dc_engine":
+            continue
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                switches += int(line.split()[1])
+    return switches
+
+
+def synchronous_loop_wakeups(count: int) -> dict[str, float]:
+    """How often the engine's worker thread woke while this rank ran `count` blocking
+    allreduces, and how long they took."""
+    tensor = torch.ones(1)
+    for _ in range(200):
+        dist.all_reduce(tensor)
+    before = engine_wakeups()
+    start = time.monotonic()
+    for _ in range(count):
+        dist.all_reduce(tensor)
+    elapsed_ms = (time.monotonic() - start) * 1e3
+    return {"wakeups": engine_wakeups() - before, "elapsed_ms": elapsed_ms}
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir(), reason="reads thread statistics from Linux's /proc"
+)
+def test_blocking_collectives_leave_the_engine_thread_asleep(pool: support.PoolFactory) -> None:
+    """A caller that waits runs its collective itself; the engine's worker must not wake for
+    each one (on a machine with a core per rank every wake-up preempts a rank and doubled the
+    small-message latency). It may still poll about once a millisecond while collectives flow."""
+    if "dummy" not in harness.backend_under_test():
+        pytest.skip("counts wake-ups of dummy_collectives' own engine thread")
+    count = 3000
+    for rank, stats in enumerate(pool(2).run_ok(synchronous_loop_wakeups, count)):
+        allowed = 3 * stats["elapsed_ms"] + 50
+        assert stats["wakeups"] <= allowed, (
+            f"rank {rank}: the engine thread woke {stats['wakeups']} times during {count} "
+            f"blocking allreduces ({stats['elapsed_ms']:.0f} ms; at most {allowed:.0f} expected)"
+        )
