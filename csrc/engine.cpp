@@ -1,5 +1,7 @@
 #include <dummy_collectives/engine.hpp>
 
+#include <algorithm>
+
 #include <c10/util/thread_name.h>
 
 #include <dummy_collectives/work.hpp>
@@ -8,7 +10,8 @@ namespace dummy_collectives {
 
 using std::chrono::steady_clock;
 
-Engine::Engine(Timing timing) : timing_(timing), lastActive_(steady_clock::now()) {
+Engine::Engine(Timing timing)
+    : timing_(timing), lastActive_(steady_clock::now()), poll_(timing.poll) {
   worker_ = std::thread([this] {
     // Named so profilers, py-spy and the tests can tell it from the caller's threads.
     c10::setThreadName("dc_engine");
@@ -100,8 +103,9 @@ void Engine::workerLoop() {
         parked_ = true;
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         parked_ = false;
-      } else {
-        cv_.wait_for(lock, timing_.poll);
+      } else if (cv_.wait_for(lock, poll_) == std::cv_status::timeout && queue_.empty()) {
+        // Callers ran what was issued meanwhile: a synchronous program; poll less.
+        poll_ = std::min(poll_ * 2, timing_.maxPoll);
       }
       continue;
     }
@@ -113,6 +117,7 @@ void Engine::workerLoop() {
     lock.unlock();
     drain();
     lock.lock();
+    poll_ = timing_.poll; // an asynchronous program: notice its next collective soon
   }
 }
 

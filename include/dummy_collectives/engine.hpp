@@ -19,12 +19,16 @@ namespace dummy_collectives {
 // Work (a blocking collective then costs no thread hand-off, which is most of the small-message
 // latency budget). The engine's own worker thread runs whatever nobody waits on: it leaves a
 // just-issued collective alone for a short grace period, in which a synchronous caller's wait()
-// claims it, so a tight loop of blocking collectives never wakes the worker.
+// claims it, so a tight loop of blocking collectives never wakes the worker for a collective.
+// While collectives flow it polls (it is not told about each one: telling costs a wake-up),
+// and it polls less often the longer callers run everything themselves: on a VM each timed
+// wake-up costs tens of microseconds of a core some rank needs.
 class Engine final : public Progress {
  public:
   struct Timing {
     std::chrono::microseconds grace{50};      // how long the worker leaves a new op to wait()
     std::chrono::microseconds poll{1000};     // the worker's poll period while recently active
+    std::chrono::microseconds maxPoll{8000};  // ... backed off to this while it finds nothing
     std::chrono::milliseconds active{20};     // idle time after which the worker parks
   };
 
@@ -59,6 +63,7 @@ class Engine final : public Progress {
   bool parked_ = false;
   bool expedite_ = false;
   std::chrono::steady_clock::time_point lastActive_;
+  std::chrono::microseconds poll_;  // the worker's current poll period (worker thread only)
   std::mutex execMu_;             // held by whichever thread is running the queue
   std::thread worker_;
 };
