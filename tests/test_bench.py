@@ -13,6 +13,9 @@ from pathlib import Path
 
 import support
 
+from dummy_collectives.bench import targets
+from dummy_collectives.bench.results import Result
+
 
 @support.requires_dummy
 def test_bench_quick_writes_report(tmp_path: Path) -> None:
@@ -40,3 +43,23 @@ def test_bench_quick_writes_report(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "results.json").read_text())
     measured = json.dumps(results)
     assert '"dummy"' in measured and '"gloo"' in measured, measured[:2000]
+
+
+def _point(backend: str, time_s: float) -> Result:
+    return Result(backend, "allreduce", 2, 4, nbytes=4, time_s=time_s)
+
+
+def test_small_message_target_holds_the_time_above_the_c10d_floor_against_the_peers() -> None:
+    """ANCHORS.md: the c10d call path alone is slower than Open MPI's whole allreduce, so the
+    part of dummy's time above the floor (measured in the same run) is compared with it."""
+    results = [_point("dummy", 5.5e-6), _point("gloo", 200e-6), _point("openmpi", 1.6e-6)]
+    floor = Result("c10d-floor", "allreduce", 1, 4, nbytes=4, time_s=4.0e-6)
+    (passing,) = targets.evaluate(results, "cpu", floor)
+    assert passing.verdict == targets.PASS, passing.parts
+    assert "1.50 us above the c10d floor" in passing.parts[1]
+    slower = [_point("dummy", 5.8e-6), _point("gloo", 200e-6), _point("openmpi", 1.4e-6)]
+    (failing,) = targets.evaluate(slower, "cpu", floor)
+    assert failing.verdict == targets.FAIL, failing.parts
+    # Without a floor the absolute times are compared.
+    (absolute,) = targets.evaluate(results, "cpu", None)
+    assert absolute.verdict == targets.FAIL, absolute.parts

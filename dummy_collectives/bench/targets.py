@@ -1,7 +1,11 @@
 """The project's targets for CPU allreduce, evaluated on the results of one run.
 
 - messages <= 4 KiB: at least 20x faster than gloo, and no slower than the faster of
-  DeepSpeed and Open MPI;
+  DeepSpeed and Open MPI. Every c10d backend pays the c10d call path (the "floor": PyTorch's
+  FakeProcessGroup, which moves nothing, measured in the same run), which alone takes longer
+  than Open MPI's whole allreduce from C; so, as ../shared/ANCHORS.md sets it, the time
+  dummy spends above that floor is what is held against the faster peer. The report shows the
+  absolute comparison too;
 - messages >= 1 MiB: at least 3x gloo's busbw, and ahead of both peers.
 
 A part whose reference was not measured is "n.a."; the verdict is PASS when every part that
@@ -45,7 +49,7 @@ class Verdict:
 Table = dict[str, Result]
 
 
-def _small(dummy: Result, others: Table, parts: list[str]) -> list[bool]:
+def _small(dummy: Result, others: Table, parts: list[str], floor_s: float | None) -> list[bool]:
     checks = []
     gloo = others.get(GLOO)
     if gloo is not None:
@@ -57,9 +61,18 @@ def _small(dummy: Result, others: Table, parts: list[str]) -> list[bool]:
     peers = [others[name] for name in PEER_NAMES if name in others]
     if peers:
         best = min(peers, key=lambda result: result.time_s)
+        label = PEER_NAMES[best.backend]
         ratio = best.time_s / dummy.time_s
-        checks.append(dummy.time_s <= best.time_s)
-        parts.append(f"{ratio:.2f}x vs the faster peer, {PEER_NAMES[best.backend]} (need >= 1x)")
+        if floor_s is None:
+            checks.append(dummy.time_s <= best.time_s)
+            parts.append(f"{ratio:.2f}x vs the faster peer, {label} (need >= 1x)")
+        else:
+            above = max(dummy.time_s - floor_s, 0.0)
+            checks.append(above <= best.time_s)
+            parts.append(
+                f"{above * 1e6:.2f} us above the c10d floor vs {label}'s "
+                f"{best.time_s * 1e6:.2f} us (need <=); absolute {ratio:.2f}x {label}"
+            )
     else:
         parts.append("peers: n.a.")
     return checks
@@ -85,8 +98,11 @@ def _large(dummy: Result, others: Table, parts: list[str]) -> list[bool]:
     return checks
 
 
-def evaluate_point(world_size: int, size: int, table: Table, device: str) -> Verdict:
-    """The verdict at one (world size, size), from the measured results there by backend."""
+def evaluate_point(
+    world_size: int, size: int, table: Table, device: str, floor_s: float | None = None
+) -> Verdict:
+    """The verdict at one (world size, size), from the measured results there by backend;
+    ``floor_s`` is the c10d floor's time (None where it was not measured)."""
     verdict = Verdict(world_size, size, NA)
     if device != "cpu" or world_size < 2:
         verdict.parts.append("targets are for CPU allreduce on 2 or more ranks")
@@ -101,14 +117,19 @@ def evaluate_point(world_size: int, size: int, table: Table, device: str) -> Ver
         return verdict
     others = {name: result for name, result in table.items() if name != DUMMY}
     small = size <= SMALL_MAX
-    checks = (_small if small else _large)(dummy, others, verdict.parts)
+    if small:
+        checks = _small(dummy, others, verdict.parts, floor_s)
+    else:
+        checks = _large(dummy, others, verdict.parts)
     if checks:
         verdict.verdict = PASS if all(checks) else FAIL
     return verdict
 
 
-def evaluate(results: list[Result], device: str) -> list[Verdict]:
-    """Verdicts for every (world size, size) at which allreduce was attempted."""
+def evaluate(results: list[Result], device: str, floor: Result | None = None) -> list[Verdict]:
+    """Verdicts for every (world size, size) at which allreduce was attempted; ``floor`` is the
+    c10d floor measured in the same run, if it was."""
+    floor_s = floor.time_s if floor is not None and floor.ok else None
     tables: dict[tuple[int, int], Table] = {}
     for result in results:
         if result.collective != "allreduce":
@@ -116,4 +137,7 @@ def evaluate(results: list[Result], device: str) -> list[Verdict]:
         table = tables.setdefault((result.world_size, result.size), {})
         if result.ok:
             table[result.backend] = result
-    return [evaluate_point(ws, size, table, device) for (ws, size), table in sorted(tables.items())]
+    return [
+        evaluate_point(ws, size, table, device, floor_s)
+        for (ws, size), table in sorted(tables.items())
+    ]
