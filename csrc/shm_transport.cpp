@@ -154,6 +154,13 @@ WaitPolicy WaitPolicy::forGroup(int worldSize, long spinMicros) {
   return policy;
 }
 
+WaitPhase WaitPolicy::phase(Clock::duration waited) const {
+  if (waited < spin) {
+    return WaitPhase::kSpin;
+  }
+  return waited < spin + yield ? WaitPhase::kYield : WaitPhase::kSleep;
+}
+
 size_t ShmTransport::segmentBytes(int size, size_t slotBytes) {
   return controlBytes(size) + ringsBytes(size) + static_cast<size_t>(size) * 2 * slotBytes;
 }
@@ -321,44 +328,85 @@ void ShmTransport::exchange() {
   }
 }
 
+template <typename Ready, typename Check, typename Sleep>
+void ShmTransport::waitFor(
+    Clock::time_point start,
+    Clock::time_point& nextCheck,
+    Ready&& ready,
+    Check&& check,
+    Sleep&& sleep) {
+  for (uint32_t spins = 0; !ready();) {
+    if (ctl_->aborted.load(std::memory_order_relaxed) != 0) {
+      C10_THROW_ERROR(
+          DistBackendError, c10::str(opContext(), ": the group was aborted (", abortReason(), ")"));
+    }
+    // Reading the clock costs ~20 ns; amortise it over a few pause instructions.
+    if ((++spins & 15) != 0) {
+      cpuRelax();
+      continue;
+    }
+    const auto now = Clock::now();
+    if (now >= nextCheck) {
+      check(now);
+      nextCheck = now + policy_.livenessPeriod;
+    }
+    switch (policy_.phase(now - start)) {
+      case WaitPhase::kSpin:
+        cpuRelax();
+        break;
+      case WaitPhase::kYield:
+        std::this_thread::yield();
+        break;
+      case WaitPhase::kSleep:
+        sleep();
+        break;
+    }
+  }
+}
+
 void ShmTransport::waitAll(uint64_t step) {
   const uint64_t target = step + 1;
   const auto start = Clock::now();
   auto nextCheck = start + policy_.livenessPeriod;
   for (int r = 0; r < size_; ++r) {
     std::atomic<uint64_t>& word = control(r).published;
-    uint64_t seen = word.load(std::memory_order_acquire);
-    for (uint32_t spins = 0; seen < target; seen = word.load(std::memory_order_acquire)) {
-      if (ctl_->aborted.load(std::memory_order_relaxed) != 0) {
-        C10_THROW_ERROR(
-            DistBackendError, c10::str(opContext(), ": the group was aborted (", abortReason(), ")"));
-      }
-      // Reading the clock costs ~20 ns; amortise it over a few pause instructions.
-      if ((++spins & 15) != 0) {
-        cpuRelax();
-        continue;
-      }
-      const auto now = Clock::now();
-      if (now >= nextCheck) {
-        checkPeers(step);
-        nextCheck = now + policy_.livenessPeriod;
-      }
-      const auto waited = now - start;
-      if (waited < policy_.spin) {
-        cpuRelax();
-      } else if (waited < policy_.spin + policy_.yield) {
-        std::this_thread::yield();
-      } else {
-        ctl_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-        seen = word.load(std::memory_order_seq_cst);
-        if (seen < target) {
-          futexWait(
-              futexWord(word), static_cast<uint32_t>(seen), std::chrono::milliseconds(10));
-        }
-        ctl_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
-      }
-    }
+    waitFor(
+        start,
+        nextCheck,
+        [&] { return word.load(std::memory_order_acquire) >= target; },
+        [&](Clock::time_point) { checkPeers(step); },
+        [&] {
+          ctl_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+          const uint64_t seen = word.load(std::memory_order_seq_cst);
+          if (seen < target) {
+            futexWait(
+                futexWord(word), static_cast<uint32_t>(seen), std::chrono::milliseconds(10));
+          }
+          ctl_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+        });
   }
+}
+
+void ShmTransport::waitUntil(const std::function<bool()>& ready, const std::string& what) {
+  const auto start = Clock::now();
+  auto nextCheck = start + policy_.livenessPeriod;
+  waitFor(
+      start,
+      nextCheck,
+      ready,
+      [&](Clock::time_point now) {
+        for (int r = 0; r < size_; ++r) {
+          std::string problem = r == rank_ ? std::string() : peerProblem(r);
+          if (!problem.empty()) {
+            fail(c10::str(problem, " while waiting for ", what, "; the group is unusable"));
+          }
+        }
+        if (now >= deadline_) {
+          failTimedOut(what);
+        }
+      },
+      // What is awaited here takes microseconds at least (a GPU kernel) and has no futex word.
+      [] { std::this_thread::sleep_for(std::chrono::microseconds(50)); });
 }
 
 void ShmTransport::checkPeers(uint64_t step) {
@@ -377,22 +425,25 @@ void ShmTransport::checkPeers(uint64_t step) {
     }
   }
   if (Clock::now() >= deadline_) {
-    const auto waited =
-        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - opStart_).count();
-    const auto limit =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - opStart_).count();
-    fail(c10::str(
-        "timed out after ",
-        waited,
-        " ms (its timeout is ",
-        limit,
-        " ms) waiting for ranks ",
+    failTimedOut(c10::str(
+        "ranks ",
         c10::Join(", ", missing),
         " to arrive (step ",
         step - opFirstStep_ + 1,
         " of the collective); a rank that never calls it, or calls collectives in a different "
         "order, causes this"));
   }
+}
+
+void ShmTransport::failTimedOut(const std::string& waitingFor) {
+  const auto now = Clock::now();
+  fail(c10::str(
+      "timed out after ",
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - opStart_).count(),
+      " ms (its timeout is ",
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - opStart_).count(),
+      " ms) waiting for ",
+      waitingFor));
 }
 
 void ShmTransport::checkDescriptors(uint64_t step) const {

@@ -33,6 +33,9 @@ struct P2pChannel {
 // in Python, or briefly preempted by another process) costs microseconds to wait for by
 // polling, but a yield hands the core to whatever else is runnable for a whole scheduler slice.
 // That is what DeepSpeed's and Open MPI's shared-memory paths do too (they poll indefinitely).
+// What a waiting rank does next: busy-poll, yield its core, or sleep.
+enum class WaitPhase { kSpin, kYield, kSleep };
+
 struct WaitPolicy {
   std::chrono::nanoseconds spin{std::chrono::milliseconds(1)};
   std::chrono::nanoseconds yield{std::chrono::milliseconds(2)};
@@ -40,6 +43,8 @@ struct WaitPolicy {
   std::chrono::nanoseconds livenessPeriod{std::chrono::milliseconds(50)};
 
   static WaitPolicy forGroup(int worldSize, long spinMicros);
+  // After `waited`: spin first, then yield, then sleep.
+  WaitPhase phase(Clock::duration waited) const;
 };
 
 // The CPU transport: one shared-memory segment per process group. Rank 0 creates it and
@@ -69,6 +74,7 @@ class ShmTransport final : public Transport {
   void* writeSlot() override;
   void exchange() override;
   const void* readSlot(int r) const override;
+  void waitUntil(const std::function<bool()>& ready, const std::string& what) override;
   void abort(const std::string& reason) override;
 
   // The ring carrying point-to-point messages from rank `src` to rank `dst`.
@@ -85,9 +91,20 @@ class ShmTransport final : public Transport {
   std::byte* slot(int r, uint64_t step) const;
   // Waits until every rank has published `step`; raises on abort, timeout or a dead peer.
   void waitAll(uint64_t step);
+  // The loop every wait shares: polls `ready` until it holds -- spinning, then yielding, then
+  // calling `sleep`, as the policy says for the time since `start` -- raising if the group is
+  // aborted, and calling `check` (which raises when waiting is pointless) every liveness period.
+  template <typename Ready, typename Check, typename Sleep>
+  void waitFor(
+      Clock::time_point start,
+      Clock::time_point& nextCheck,
+      Ready&& ready,
+      Check&& check,
+      Sleep&& sleep);
   void checkPeers(uint64_t step);
   void checkDescriptors(uint64_t step) const;
   [[noreturn]] void fail(const std::string& what);
+  [[noreturn]] void failTimedOut(const std::string& waitingFor);
   std::string opContext() const;
 
   int rank_;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include <dummy_collectives/op_descriptor.hpp>
@@ -35,6 +36,10 @@ class Transport {
   // Rank r's slot for the step exchange() last completed.
   virtual const void* readSlot(int r) const = 0;
 
+  // Waits, as exchange() waits for peers, until `ready()` holds (it is polled): for what the
+  // transport cannot see itself, such as a peer's GPU work (see cuda/ipc_transport.hpp). Raises
+  // like exchange() on abort, a dead peer or past the deadline; `what` names what was awaited.
+  virtual void waitUntil(const std::function<bool()>& ready, const std::string& what) = 0;
   // Marks the group broken for every rank (a failure on one rank must not leave peers waiting).
   virtual void abort(const std::string& reason) = 0;
 };
