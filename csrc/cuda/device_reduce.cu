@@ -17,8 +17,8 @@ using reduce_ops::Post;
 // One launchReduce() call's arguments, passed down the dispatch as one.
 struct FoldCall {
   const ReduceSpec& spec;
-  void* out;
-  void* copy;
+  void* const* outs;
+  int outCount;
   const void* const* srcs;
   int count;
   int64_t n;
@@ -30,88 +30,124 @@ struct Sources {
   const T* ptr[kMaxDeviceSources];
 };
 
+template <typename T>
+struct Outputs {
+  T* ptr[kMaxDeviceSources];
+};
+
 // V elements moved as one 16-byte access when every pointer allows it (V == 1 otherwise).
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
-template <typename T, typename Op, Post kPost, int V>
-__device__ __forceinline__ void foldPack(
+// Folds U packs of V elements, at i, i + stride, ..., i + (U - 1) * stride: each source's U
+// loads are issued together, so a thread keeps U accesses in flight (one is not enough to
+// reach the memory bandwidth of an H100).
+template <typename T, typename Op, Post kPost, int V, int U>
+__device__ __forceinline__ void foldPacks(
     const Sources<T>& srcs,
     int count,
-    T* out,
-    T* copy,
-    int64_t i, // index of the pack
+    const Outputs<T>& outs,
+    int outCount,
+    int64_t i,
+    int64_t stride,
     typename Accumulator<T>::type factor,
     typename Accumulator<T>::type divisor) {
   using A = typename Accumulator<T>::type;
+  using P = Pack<T, V>;
   const Op op;
-  A acc[V];
-  Pack<T, V> in = reinterpret_cast<const Pack<T, V>*>(srcs.ptr[0])[i];
+  A acc[U][V];
+  P in[U];
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    acc[j] = static_cast<A>(in.v[j]);
-    if constexpr (kPost == Post::kPremul) {
-      acc[j] = acc[j] * factor;
+  for (int u = 0; u < U; ++u) {
+    in[u] = reinterpret_cast<const P*>(srcs.ptr[0])[i + u * stride];
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      acc[u][j] = static_cast<A>(in[u].v[j]);
+      if constexpr (kPost == Post::kPremul) {
+        acc[u][j] = acc[u][j] * factor;
+      }
     }
   }
   for (int k = 1; k < count; ++k) {
-    in = reinterpret_cast<const Pack<T, V>*>(srcs.ptr[k])[i];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      in[u] = reinterpret_cast<const P*>(srcs.ptr[k])[i + u * stride];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        A value = static_cast<A>(in[u].v[j]);
+        if constexpr (kPost == Post::kPremul) {
+          value = value * factor;
+        }
+        acc[u][j] = op(acc[u][j], value);
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    P result;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      A value = static_cast<A>(in.v[j]);
-      if constexpr (kPost == Post::kPremul) {
-        value = value * factor;
+      if constexpr (kPost == Post::kDivide) {
+        acc[u][j] = acc[u][j] / divisor;
       }
-      acc[j] = op(acc[j], value);
+      result.v[j] = static_cast<T>(acc[u][j]);
     }
-  }
-  Pack<T, V> result;
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    if constexpr (kPost == Post::kDivide) {
-      acc[j] = acc[j] / divisor;
+    for (int o = 0; o < outCount; ++o) {
+      reinterpret_cast<P*>(outs.ptr[o])[i + u * stride] = result;
     }
-    result.v[j] = static_cast<T>(acc[j]);
-  }
-  reinterpret_cast<Pack<T, V>*>(out)[i] = result;
-  if (copy != nullptr) {
-    reinterpret_cast<Pack<T, V>*>(copy)[i] = result;
   }
 }
 
-// Grid-stride over packs of V elements, then the tail element by element.
+// Grid-stride over packs of V elements, kUnroll packs per thread per pass while whole passes
+// fit, then single packs, then the tail element by element.
+constexpr int kUnroll = 4;
+
 template <typename T, typename Op, Post kPost, int V>
 __global__ void foldKernel(
     Sources<T> srcs,
     int count,
-    T* out,
-    T* copy,
+    Outputs<T> outs,
+    int outCount,
     int64_t n,
     typename Accumulator<T>::type factor,
     typename Accumulator<T>::type divisor) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t packs = n / V;
-  for (int64_t i = first; i < packs; i += stride) {
-    foldPack<T, Op, kPost, V>(srcs, count, out, copy, i, factor, divisor);
+  int64_t i = first;
+  for (; i + (kUnroll - 1) * stride < packs; i += kUnroll * stride) {
+    foldPacks<T, Op, kPost, V, kUnroll>(srcs, count, outs, outCount, i, stride, factor, divisor);
+  }
+  for (; i < packs; i += stride) {
+    foldPacks<T, Op, kPost, V, 1>(srcs, count, outs, outCount, i, stride, factor, divisor);
   }
   if constexpr (V > 1) {
-    for (int64_t i = packs * V + first; i < n; i += stride) {
-      foldPack<T, Op, kPost, 1>(srcs, count, out, copy, i, factor, divisor);
+    for (int64_t e = packs * V + first; e < n; e += stride) {
+      foldPacks<T, Op, kPost, 1, 1>(srcs, count, outs, outCount, e, stride, factor, divisor);
     }
   }
 }
 
 template <typename T, typename Op, Post kPost>
 void launch(const FoldCall& call) {
-  const auto& [spec, out, copy, srcs, count, n, stream] = call;
+  const auto& [spec, outs, outCount, srcs, count, n, stream] = call;
   using A = typename Accumulator<T>::type;
   constexpr int kVector = sizeof(T) <= 16 ? static_cast<int>(16 / sizeof(T)) : 1;
   Sources<T> sources{};
-  bool aligned = reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(copy) % 16 == 0;
+  Outputs<T> outputs{};
+  bool aligned = true;
+  for (int o = 0; o < outCount; ++o) {
+    outputs.ptr[o] = static_cast<T*>(outs[o]);
+    aligned = aligned && reinterpret_cast<uintptr_t>(outs[o]) % 16 == 0;
+  }
   for (int k = 0; k < count; ++k) {
     sources.ptr[k] = static_cast<const T*>(srcs[k]);
     aligned = aligned && reinterpret_cast<uintptr_t>(srcs[k]) % 16 == 0;
@@ -126,17 +162,21 @@ void launch(const FoldCall& call) {
   }
   constexpr int kThreads = 512;
   const int vector = aligned ? kVector : 1;
-  // Enough blocks to fill an H100 several times over; the loop strides past that.
-  const int64_t blocks = std::max<int64_t>(
-      1, std::min<int64_t>((n / vector + kThreads - 1) / kThreads, 4096));
-  auto* o = static_cast<T*>(out);
-  auto* c = static_cast<T*>(copy);
+  // One wave of blocks (2048 resident threads per SM), each thread folding kUnroll packs per
+  // pass; the loop strides past that.
+  const int64_t perBlock = static_cast<int64_t>(kThreads) * kUnroll * vector;
+  int device = 0;
+  int processors = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device));
+  const int64_t wave = static_cast<int64_t>(processors) * 4;
+  const int64_t blocks = std::max<int64_t>(1, std::min((n + perBlock - 1) / perBlock, wave));
   if (aligned) {
     foldKernel<T, Op, kPost, kVector><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        sources, count, o, c, n, factor, divisor);
+        sources, count, outputs, outCount, n, factor, divisor);
   } else {
     foldKernel<T, Op, kPost, 1><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        sources, count, o, c, n, factor, divisor);
+        sources, count, outputs, outCount, n, factor, divisor);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -204,14 +244,28 @@ void launchReduce(
     int count,
     int64_t numel,
     cudaStream_t stream) {
+  void* outs[2] = {out, copy};
+  launchReduceInto(spec, outs, copy == nullptr ? 1 : 2, srcs, count, numel, stream);
+}
+
+void launchReduceInto(
+    const ReduceSpec& spec,
+    void* const* outs,
+    int outCount,
+    const void* const* srcs,
+    int count,
+    int64_t numel,
+    cudaStream_t stream) {
   TORCH_CHECK(count >= 1 && count <= kMaxDeviceSources, "dummy: bad CUDA reduction fan-in");
+  TORCH_CHECK(
+      outCount >= 1 && outCount <= kMaxDeviceSources, "dummy: bad CUDA reduction fan-out");
   if (numel == 0) {
     return;
   }
   switch (spec.dtype) {
 #define DC_DEVICE_CASE(ctype, name)                                        \
   case c10::ScalarType::name:                                              \
-    return launchTyped<ctype>(FoldCall{spec, out, copy, srcs, count, numel, stream});
+    return launchTyped<ctype>(FoldCall{spec, outs, outCount, srcs, count, numel, stream});
     DC_FOR_EACH_REDUCIBLE_TYPE(DC_DEVICE_CASE)
 #undef DC_DEVICE_CASE
     default:

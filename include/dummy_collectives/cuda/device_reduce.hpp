@@ -26,4 +26,15 @@ void launchReduce(
     int64_t numel,
     cudaStream_t stream);
 
+// The same fold, its result written to each of outs[0..outCount) (each may alias a source at
+// the same positions: every element is read from all sources before it is written).
+void launchReduceInto(
+    const ReduceSpec& spec,
+    void* const* outs,
+    int outCount,
+    const void* const* srcs,
+    int count,
+    int64_t numel,
+    cudaStream_t stream);
+
 } // namespace dummy_collectives::cuda
