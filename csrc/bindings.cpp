@@ -24,7 +24,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::optional<size_t> oneShotMaxBytes,
                       std::optional<long> spinUs,
                       std::optional<bool> cudaIpc,
-                      std::optional<size_t> cudaBufferBytes) {
+                      std::optional<size_t> cudaBufferBytes,
+                      std::optional<bool> cudaHostWait) {
             auto options = c10::make_intrusive<BackendOptions>();
             if (mode) {
               options->mode = dummy_collectives::parseMode(*mode);
@@ -47,6 +48,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                   *cudaBufferBytes >= 65536, "cuda_buffer_bytes must be at least 65536");
               options->cudaBufferBytes = *cudaBufferBytes;
             }
+            if (cudaHostWait) {
+              options->cudaHostWait = *cudaHostWait;
+            }
             return options;
           }),
           py::kw_only(),
@@ -55,7 +59,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("one_shot_max_bytes") = py::none(),
           py::arg("spin_us") = py::none(),
           py::arg("cuda_ipc") = py::none(),
-          py::arg("cuda_buffer_bytes") = py::none())
+          py::arg("cuda_buffer_bytes") = py::none(),
+          py::arg("cuda_host_wait") = py::none())
       .def_property(
           "mode",
           [](const BackendOptions& o) { return dummy_collectives::modeName(o.mode); },
@@ -66,7 +71,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("one_shot_max_bytes", &BackendOptions::oneShotMaxBytes)
       .def_readwrite("spin_us", &BackendOptions::spinMicros)
       .def_readwrite("cuda_ipc", &BackendOptions::cudaIpc)
-      .def_readwrite("cuda_buffer_bytes", &BackendOptions::cudaBufferBytes);
+      .def_readwrite("cuda_buffer_bytes", &BackendOptions::cudaBufferBytes)
+      .def_readwrite("cuda_host_wait", &BackendOptions::cudaHostWait);
 
   py::class_<DummyBackend, c10d::Backend, c10::intrusive_ptr<DummyBackend>>(m, "DummyBackend")
       .def(

@@ -66,6 +66,7 @@ BackendOptions::BackendOptions() : c10d::Backend::Options("dummy") {
   cudaIpc = envInteger("DUMMY_COLLECTIVES_CUDA_IPC", cudaIpc ? 1 : 0, 0) != 0;
   cudaBufferBytes = static_cast<size_t>(envInteger(
       "DUMMY_COLLECTIVES_CUDA_BUFFER_BYTES", static_cast<long long>(cudaBufferBytes), 1 << 16));
+  cudaHostWait = envInteger("DUMMY_COLLECTIVES_CUDA_HOST_WAIT", cudaHostWait ? 1 : 0, 0) != 0;
 }
 
 } // namespace dummy_collectives

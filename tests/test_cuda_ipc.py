@@ -25,8 +25,14 @@ pytestmark = [
 WORLD_SIZES = (1, 2, 4)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.uint8, torch.bool)
 SHAPES: tuple[tuple[int, ...], ...] = ((0,), (1,), (1023,), (3, 5, 7))
-# Small staging buffers make every collective above 64 KiB run in several chunks.
-CHUNKED_ENV = {"DUMMY_COLLECTIVES_CUDA_BUFFER_BYTES": "65536"}
+# Small staging buffers make every collective above 64 KiB run in several chunks; allreduce too,
+# as the ranks wait for each other on the GPU (no leader doing the work for all, see below).
+CHUNKED_ENV = {
+    "DUMMY_COLLECTIVES_CUDA_BUFFER_BYTES": "65536",
+    "DUMMY_COLLECTIVES_CUDA_HOST_WAIT": "0",
+}
+# NCCL's stream semantics on every rank: ranks wait for each other on the GPU, not the host.
+STREAM_ORDERED_ENV = {"DUMMY_COLLECTIVES_CUDA_HOST_WAIT": "0"}
 
 
 def check_tensor_collectives(
@@ -89,8 +95,12 @@ def check_noncontiguous() -> list[str]:
     return failures
 
 
-def check_stream_semantics() -> list[str]:
-    """NCCL's contract: ordered after the caller's stream, wait() does not block the host."""
+def check_stream_semantics(host_free: bool) -> list[str]:
+    """NCCL's contract: ordered after the caller's stream, wait() does not block the host.
+
+    With ``host_free`` False (the default set-up, ranks sharing a GPU), only the ordering is
+    checked: there the ranks but the leader wait for their stream on the host.
+    """
     rank, ws = dist.get_rank(), dist.get_world_size()
     device = support.cuda_device()
     failures: list[str] = []
@@ -105,7 +115,7 @@ def check_stream_semantics() -> list[str]:
         tensor.copy_(source)
         work = dist.all_reduce(tensor, async_op=True)
         work.wait()  # the side stream now waits for the collective; the host does not
-        if ws > 1 and work.is_completed():
+        if host_free and ws > 1 and work.is_completed():
             failures.append("wait() blocked the host until the device work was done")
         result = tensor * 1  # queued on the side stream, after the collective
     side.synchronize()
@@ -180,7 +190,41 @@ def test_cuda_ipc_chunked(pool_cache: harness.PoolCache, world_size: int) -> Non
 
 @pytest.mark.parametrize("world_size", (1, 2))
 def test_cuda_ipc_stream_semantics(pool: support.PoolFactory, world_size: int) -> None:
-    support.assert_no_failures(pool(world_size).run_ok(check_stream_semantics))
+    support.assert_no_failures(pool(world_size).run_ok(check_stream_semantics, False))
+
+
+def test_cuda_ipc_stream_semantics_without_host_waits(pool_cache: harness.PoolCache) -> None:
+    with pool_cache.fresh(2, env=STREAM_ORDERED_ENV) as p:
+        support.assert_no_failures(p.run_ok(check_stream_semantics, True))
+
+
+def check_unexportable_tensor_on_one_rank() -> list[str]:
+    """Rank 1's tensor lives in an expandable segment, which CUDA IPC cannot share: every rank
+    takes the staged path for that allreduce, and the result is still exact."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    device = support.cuda_device()
+    inputs = [rank_input(r, (3, 1000), torch.float32, seed=7) for r in range(ws)]
+    if rank == 1:
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    try:
+        tensor = inputs[rank].to(device)
+        dist.all_reduce(tensor)
+    finally:
+        torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+    failures: list[str] = []
+    expected = reference(torch.float32, "SUM", inputs)
+    support.check_equal(failures, "allreduce, one rank unexportable", tensor.cpu(), expected)
+    tensor = inputs[rank].to(device)  # and the shared path again afterwards
+    dist.all_reduce(tensor)
+    support.check_equal(failures, "allreduce after it", tensor.cpu(), expected)
+    return failures
+
+
+@pytest.mark.parametrize("world_size", (2, 4))
+def test_cuda_ipc_allreduce_falls_back_per_collective(
+    pool: support.PoolFactory, world_size: int
+) -> None:
+    support.assert_no_failures(pool(world_size).run_ok(check_unexportable_tensor_on_one_rank))
 
 
 def test_cuda_ipc_off_falls_back_to_staging(pool_cache: harness.PoolCache) -> None:

@@ -19,8 +19,9 @@ namespace {
 
 class CudaTicket final : public DeviceCollectives::Ticket {
  public:
-  explicit CudaTicket(c10::Event ready) : ready(std::move(ready)) {}
-  c10::Event ready; // recorded on the caller's current stream at submission
+  // Recorded on the caller's current stream at submission; none where the host waited for
+  // that stream instead (CudaCollectives::hostOrdered()).
+  std::optional<c10::Event> ready;
 };
 
 // A tensor as the device algorithms need it: contiguous. Non-contiguous ones are copied to a
@@ -56,7 +57,8 @@ class CudaCollectives final : public DeviceCollectives {
         rank_(rank),
         size_(size),
         enabled_(options.cudaIpc),
-        bufferBytes_(options.cudaBufferBytes) {}
+        bufferBytes_(options.cudaBufferBytes),
+        hostWait_(options.cudaHostWait) {}
 
   bool accepts(const std::vector<at::Tensor>& tensors) override {
     if (unavailable_ || tensors.empty() || size_ > kMaxDeviceSources) {
@@ -73,7 +75,7 @@ class CudaCollectives final : public DeviceCollectives {
       // same argument as NCCL's lazy communicator: collectives are issued in the same order).
       stream_.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
       transport_ = CudaIpcTransport::create(
-          store_, rank_, size_, device, *stream_, bufferBytes_, enabled_);
+          store_, rank_, size_, device, *stream_, bufferBytes_, enabled_, hostWait_);
       if (!transport_) {
         unavailable_ = true;
         return false;
@@ -84,22 +86,40 @@ class CudaCollectives final : public DeviceCollectives {
 
   std::shared_ptr<Ticket> submit(const std::vector<at::Tensor>& tensors) override {
     const c10::Device device = transport_->device();
-    c10::Event ready(c10::DeviceType::CUDA);
-    ready.record(c10::cuda::getCurrentCUDAStream(device.index()));
+    auto ticket = std::make_shared<CudaTicket>();
+    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device.index());
+    if (hostOrdered()) {
+      // Recording an event would make this process take the GPU from the leader (a time-slice
+      // hand-over, ~150 us); waiting for the stream here queues nothing.
+      caller.synchronize();
+    } else {
+      ticket->ready.emplace(c10::DeviceType::CUDA);
+      ticket->ready->record(caller);
+    }
     for (const auto& t : tensors) {
       // The caller may free these before the backend stream is done with them.
       if (t.defined() && t.storage().data_ptr().get() != nullptr) {
         c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), *stream_);
       }
     }
-    return std::make_shared<CudaTicket>(std::move(ready));
+    return ticket;
   }
 
   void run(Ticket& ticket, DummyWork& work, const std::function<void()>& body) override {
     auto& cudaTicket = static_cast<CudaTicket&>(ticket);
     c10::cuda::CUDAStreamGuard guard(*stream_); // sets the device too
-    cudaTicket.ready.block(*stream_);
+    if (cudaTicket.ready) {
+      cudaTicket.ready->block(*stream_);
+    } else {
+      // Host-ordered: what earlier collectives queued on our stream (they may write these
+      // tensors) completes before the leader touches them.
+      stream_->synchronize();
+    }
+    completedOnHost_ = false;
     body();
+    if (completedOnHost_) {
+      return; // nothing queued on our stream: the work is complete now, on the host
+    }
     c10::Event done(c10::DeviceType::CUDA);
     done.record(*stream_);
     work.setDeviceCompletion(*stream_, std::move(done));
@@ -107,6 +127,17 @@ class CudaCollectives final : public DeviceCollectives {
 
   void allreduce(Transport& host, at::Tensor& tensor, const ReduceSpec& spec) override {
     Contiguous t(tensor, /*copyIn=*/true);
+    if (transport_->sharesOneGpu() && size_ > 1) {
+      const bool inPlace = t.tensor.is_same(tensor);
+      if (hostOrdered() && !inPlace) {
+        stream_->synchronize(); // the contiguous copy, which the leader is about to read
+      }
+      if (cuda::allreduceOnSharedGpu(*transport_, host, t.tensor, spec)) {
+        t.copyBack();
+        completedOnHost_ = hostOrdered() && inPlace;
+        return;
+      }
+    }
     cuda::allreduce(*transport_, host, t.tensor, spec);
     t.copyBack();
   }
@@ -152,7 +183,15 @@ class CudaCollectives final : public DeviceCollectives {
   int size_;
   bool enabled_;
   size_t bufferBytes_;
+  bool hostWait_;
+  // Ranks other than the leader on a GPU all ranks share: ordered after the caller's stream on
+  // the host, so that they queue no GPU work of their own (see allreduceOnSharedGpu).
+  bool hostOrdered() const {
+    return transport_->sharesOneGpu() && rank_ != kSharedGpuLeader;
+  }
+
   bool unavailable_ = false; // set up failed on some rank: stage through the host
+  bool completedOnHost_ = false; // the running body queued nothing on the backend stream
   std::optional<c10::cuda::CUDAStream> stream_;
   std::unique_ptr<CudaIpcTransport> transport_;
 };

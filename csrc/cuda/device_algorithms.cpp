@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAException.h>
 
 #include <dummy_collectives/cuda/device_reduce.hpp>
+#include <dummy_collectives/cuda/peer_memory.hpp>
 
 namespace dummy_collectives::cuda {
 namespace {
@@ -73,6 +74,41 @@ void allreduce(CudaIpcTransport& dev, Transport& host, at::Tensor& tensor, const
       }
     }
   }
+}
+
+bool allreduceOnSharedGpu(
+    CudaIpcTransport& dev,
+    Transport& host,
+    at::Tensor& tensor,
+    const ReduceSpec& spec) {
+  const int ws = dev.size();
+  const int me = dev.rank();
+  static_assert(sizeof(MemoryExport) <= 4096, "a MemoryExport travels in one host slot");
+  auto* mine = static_cast<MemoryExport*>(host.writeSlot());
+  if (me == kSharedGpuLeader) {
+    *mine = MemoryExport{};
+    mine->exported = 1; // its own tensor: nothing to export
+  } else {
+    *mine = exportMemory(tensor);
+  }
+  host.exchange();
+  for (int r = 0; r < ws; ++r) {
+    if (static_cast<const MemoryExport*>(host.readSlot(r))->exported == 0) {
+      return false; // every rank reads the same slots: all fall back together
+    }
+  }
+  if (me == kSharedGpuLeader) {
+    void* tensors[kMaxDeviceSources];
+    for (int r = 0; r < ws; ++r) {
+      tensors[r] = r == me
+          ? bytes(tensor)
+          : dev.peerMemory().open(*static_cast<const MemoryExport*>(host.readSlot(r)));
+    }
+    // Rank order, as everywhere: every rank's result is the same bits.
+    launchReduceInto(spec, tensors, ws, tensors, ws, tensor.numel(), dev.stream());
+  }
+  dev.signal(kSharedGpuLeader, host);
+  return true;
 }
 
 void broadcast(CudaIpcTransport& dev, Transport& host, at::Tensor& tensor, int root) {

@@ -24,6 +24,7 @@ std::vector<uint8_t> bytesOf(const void* data, size_t size) {
 struct CudaIpcTransport::Exported {
   int32_t pid = 0;
   int32_t device = -1;
+  char pciBusId[32] = {}; // the GPU itself (device indices differ between processes)
   char problem[256] = {}; // empty: set up fine
   cudaIpcMemHandle_t memory{};
   cudaIpcEventHandle_t events[2]{};
@@ -40,6 +41,8 @@ CudaIpcTransport::CudaIpcTransport(
       device_(device),
       stream_(stream),
       bufferBytes_(bufferBytes),
+      waitWhat_(size),
+      peerMemory_(stream.stream()),
       bases_(size, nullptr),
       events_(size, std::array<cudaEvent_t, 2>{nullptr, nullptr}) {}
 
@@ -47,6 +50,7 @@ CudaIpcTransport::Exported CudaIpcTransport::allocate() {
   Exported mine;
   mine.pid = static_cast<int32_t>(::getpid());
   mine.device = device_.index();
+  C10_CUDA_CHECK(cudaDeviceGetPCIBusId(mine.pciBusId, sizeof(mine.pciBusId) - 1, device_.index()));
   // cudaMalloc, not the caching allocator: an IPC handle names a whole allocation.
   C10_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&own_), 2 * bufferBytes_));
   bases_[rank_] = own_;
@@ -78,7 +82,8 @@ std::unique_ptr<CudaIpcTransport> CudaIpcTransport::create(
     c10::Device device,
     c10::cuda::CUDAStream stream,
     size_t bufferBytes,
-    bool enabled) {
+    bool enabled,
+    bool hostWaitOnSharedGpu) {
   c10::cuda::CUDAGuard guard(device);
   std::unique_ptr<CudaIpcTransport> transport(
       new CudaIpcTransport(rank, size, device, stream, bufferBytes));
@@ -107,10 +112,20 @@ std::unique_ptr<CudaIpcTransport> CudaIpcTransport::create(
     if (peer.problem[0] != '\0') {
       break; // that rank says why itself
     }
+    if (hostWaitOnSharedGpu &&
+        std::strncmp(peer.pciBusId, mine.pciBusId, sizeof(mine.pciBusId)) == 0) {
+      transport->waitWhat_[r] = c10::str("rank ", r, "'s GPU work (it shares this GPU)");
+    }
     try {
       transport->map(r, peer);
     } catch (const std::exception& e) {
       problem = c10::str("could not map rank ", r, "'s buffers: ", e.what());
+    }
+  }
+  transport->sharesOneGpu_ = problem.empty();
+  for (int r = 0; r < size; ++r) {
+    if (r != rank && transport->waitWhat_[r].empty()) {
+      transport->sharesOneGpu_ = false;
     }
   }
   store->set(c10::str(kKeyPrefix, "status/", rank), bytesOf(problem.data(), problem.size()));
@@ -156,6 +171,31 @@ CudaIpcTransport::~CudaIpcTransport() {
   (void)cudaGetLastError();
 }
 
+bool CudaIpcTransport::completed(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError(); // not an error; do not leave it for the next check to find
+    return false;
+  }
+  C10_CUDA_CHECK(status);
+  return true;
+}
+
+void CudaIpcTransport::signal(int from, Transport& host) {
+  const int parity = static_cast<int>(steps_ & 1);
+  ++steps_;
+  if (rank_ == from) {
+    C10_CUDA_CHECK(cudaEventRecord(events_[rank_][parity], stream_.stream()));
+  }
+  host.exchange(); // the event is recorded before anyone queries it
+  if (rank_ != from) {
+    cudaEvent_t event = events_[from][parity];
+    host.waitUntil(
+        [event] { return completed(event); },
+        waitWhat_[from].empty() ? c10::str("rank ", from, "'s GPU work") : waitWhat_[from]);
+  }
+}
+
 void CudaIpcTransport::step(Transport& host) {
   const int parity = static_cast<int>(steps_ & 1);
   ++steps_;
@@ -164,9 +204,15 @@ void CudaIpcTransport::step(Transport& host) {
   // A peer re-records this parity's event two steps later, which needs our next exchange, which
   // comes after these waits: each wait sees the record of this step (or a later, stronger one).
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_) {
-      C10_CUDA_CHECK(cudaStreamWaitEvent(stream_.stream(), events_[r][parity], 0));
+    if (r == rank_) {
+      continue;
     }
+    cudaEvent_t event = events_[r][parity];
+    if (!waitWhat_[r].empty()) {
+      host.waitUntil([event] { return completed(event); }, waitWhat_[r]);
+    }
+    // Also after a host wait: it costs nothing then, and orders the memory accesses for CUDA.
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream_.stream(), event, 0));
   }
 }
 

@@ -18,6 +18,22 @@ namespace dummy_collectives::cuda {
 constexpr size_t kDeviceOneShotMaxBytes = size_t{1} << 20;
 void allreduce(CudaIpcTransport& dev, Transport& host, at::Tensor& tensor, const ReduceSpec& spec);
 
+// The rank that does a collective's GPU work for all where every rank shares one GPU.
+constexpr int kSharedGpuLeader = 0;
+
+// In place, where dev.sharesOneGpu(): processes on one GPU take turns on it (time slices), and
+// each hand-over costs ~150 us on an H100, more than the data. So the leader does all the GPU
+// work: one kernel reads every rank's tensor (opened by CUDA IPC, no staging copy) and writes the
+// result into every rank's tensor; the others queue nothing on the GPU and return once the
+// leader's kernel has completed. Their tensors must be ready (their streams drained) when they
+// call it. Returns false on every rank, having moved nothing, when some rank's tensor cannot
+// be exported (see exportMemory); the caller then takes allreduce().
+bool allreduceOnSharedGpu(
+    CudaIpcTransport& dev,
+    Transport& host,
+    at::Tensor& tensor,
+    const ReduceSpec& spec);
+
 void broadcast(CudaIpcTransport& dev, Transport& host, at::Tensor& tensor, int root);
 
 // output: size() * input.numel() elements, rank r's input at r * input.numel().

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <dummy_collectives/cuda/peer_memory.hpp>
 #include <dummy_collectives/transport.hpp>
 
 namespace dummy_collectives::cuda {
@@ -25,7 +26,11 @@ namespace dummy_collectives::cuda {
 // Synchronisation is split the NCCL way: the data never waits on the host. step() is a
 // stream-ordered barrier: each rank records its event on its backend stream, the host transport
 // exchanges one step (so every rank knows every peer has recorded), and each rank's stream then
-// waits on every peer's event. The host only waits for peers to have *queued* their work.
+// waits on every peer's event. The host only waits for peers to have *queued* their work --
+// except for peers on this same GPU (with hostWaitOnSharedGpu): processes share a GPU by time
+// slices, and a stream blocked on another process's event holds the GPU until its slice ends
+// (~150 us per step on an H100, whatever the message size), so there the host waits until the
+// peer's event has completed before it queues more, and the GPU never waits across processes.
 class CudaIpcTransport {
  public:
   // A collective over the Store: every rank of the group calls it at the same point. Returns
@@ -39,7 +44,8 @@ class CudaIpcTransport {
       c10::Device device,
       c10::cuda::CUDAStream stream,
       size_t bufferBytes,
-      bool enabled);
+      bool enabled,
+      bool hostWaitOnSharedGpu);
   ~CudaIpcTransport();
   CudaIpcTransport(const CudaIpcTransport&) = delete;
   CudaIpcTransport& operator=(const CudaIpcTransport&) = delete;
@@ -71,6 +77,20 @@ class CudaIpcTransport {
     return bases_[r] + static_cast<size_t>(buffer) * bufferBytes_;
   }
 
+  // True when every rank runs on this same GPU and waits for its peers on the host
+  // (hostWaitOnSharedGpu): then one process can do a collective's GPU work for all of them.
+  bool sharesOneGpu() const {
+    return sharesOneGpu_;
+  }
+  // Peers' tensor memory opened here (for collectives that work on peers' tensors in place).
+  PeerMemoryMap& peerMemory() {
+    return peerMemory_;
+  }
+  // Rank `from` has queued GPU work that the others' next host actions depend on: every other
+  // rank returns once that work (all `from` queued on its backend stream so far) has completed,
+  // without queueing anything on its own GPU stream; `from` itself does not wait.
+  void signal(int from, Transport& host);
+
   // Stream-ordered barrier: whatever any rank queued on its backend stream before its step()
   // runs before whatever any rank queues after it. `host` carries the handshake (and with the
   // collective's first step its descriptor, so mismatched calls fail before data moves).
@@ -82,6 +102,8 @@ class CudaIpcTransport {
                    size_t bufferBytes);
   Exported allocate();
   void map(int r, const Exported& peer);
+  // True once `event` (a peer's, mapped here) has completed; raises on a CUDA error.
+  static bool completed(cudaEvent_t event);
 
   int rank_;
   int size_;
@@ -91,6 +113,9 @@ class CudaIpcTransport {
   uint64_t chunks_ = 0;
   uint64_t steps_ = 0;
   char* own_ = nullptr;                                // cudaMalloc'd, 2 * bufferBytes_
+  std::vector<std::string> waitWhat_; // per peer: non-empty where the host waits for its events
+  bool sharesOneGpu_ = false;
+  PeerMemoryMap peerMemory_;
   std::vector<char*> bases_;                           // every rank's buffers, mapped here
   std::vector<std::array<cudaEvent_t, 2>> events_;     // every rank's events (ours created)
 };
