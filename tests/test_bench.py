@@ -14,7 +14,8 @@ from pathlib import Path
 import support
 
 from dummy_collectives.bench import targets
-from dummy_collectives.bench.results import Result
+from dummy_collectives.bench.results import Result, measured
+from dummy_collectives.bench.timing import Timing
 
 
 @support.requires_dummy
@@ -63,3 +64,19 @@ def test_small_message_target_holds_the_time_above_the_c10d_floor_against_the_pe
     # Without a floor the absolute times are compared.
     (absolute,) = targets.evaluate(results, "cpu", None)
     assert absolute.verdict == targets.FAIL, absolute.parts
+
+
+def test_cuda_targets_hold_busbw_against_gloo_and_one_rank_against_nccl() -> None:
+    """The CUDA issue's targets: >= 100x gloo's busbw at 64 MiB with 2+ ranks on one GPU, and
+    no slower than NCCL with 1 rank; smaller messages with 2+ ranks have no target."""
+    big = 64 << 20
+
+    def point(backend: str, ws: int, size: int, time_s: float) -> Result:
+        return measured(backend, "allreduce", ws, size, size, Timing(time_s, time_s, (time_s,), 1))
+
+    fast = [point("dummy", 2, big, 150e-6), point("gloo", 2, big, 30e-3)]
+    slow = [point("dummy", 2, big, 600e-6), point("gloo", 2, big, 30e-3)]
+    small = [point("dummy", 2, 4, 20e-6), point("gloo", 2, 4, 300e-6)]
+    single = [point("dummy", 1, 4, 6e-6), point("nccl", 1, 4, 16e-6)]
+    verdicts = [targets.evaluate(r, "cuda")[0].verdict for r in (fast, slow, small, single)]
+    assert verdicts == [targets.PASS, targets.FAIL, targets.NA, targets.PASS], verdicts

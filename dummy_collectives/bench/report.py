@@ -175,11 +175,19 @@ def _memcpy_table(run: RunData) -> list[str]:
 def _targets_table(run: RunData) -> list[str]:
     if not run.verdicts:
         return []
+    if run.plan.device == "cuda":
+        title = "## Targets (CUDA allreduce, ranks sharing one GPU)"
+        rule = "2+ ranks, >= 64 MiB: >= 100x gloo's busbw; 1 rank: no slower than NCCL."
+    else:
+        title = "## Targets (CPU allreduce)"
+        rule = (
+            "<= 4 KiB: >= 20x faster than gloo and no slower than the faster peer; "
+            ">= 1 MiB: >= 3x gloo's busbw and ahead of both peers."
+        )
     lines = [
-        "## Targets (CPU allreduce)",
+        title,
         "",
-        "<= 4 KiB: >= 20x faster than gloo and no slower than the faster peer; "
-        ">= 1 MiB: >= 3x gloo's busbw and ahead of both peers.",
+        rule,
         "",
         "| ranks | size | verdict | details |",
         "|---|---|---|---|",

@@ -1,4 +1,6 @@
-"""The project's targets for CPU allreduce, evaluated on the results of one run.
+"""The project's targets for allreduce, evaluated on the results of one run.
+
+CPU tensors, 2 ranks or more:
 
 - messages <= 4 KiB: at least 20x faster than gloo, and no slower than the faster of
   DeepSpeed and Open MPI. Every c10d backend pays the c10d call path (the "floor": PyTorch's
@@ -7,6 +9,12 @@
   dummy spends above that floor is what is held against the faster peer. The report shows the
   absolute comparison too;
 - messages >= 1 MiB: at least 3x gloo's busbw, and ahead of both peers.
+
+CUDA tensors (ranks sharing one GPU):
+
+- 2 ranks or more, messages >= 64 MiB: at least 100x gloo's busbw (gloo stages through the host;
+  NCCL refuses two ranks on one GPU);
+- 1 rank: no slower than NCCL, at every size.
 
 A part whose reference was not measured is "n.a."; the verdict is PASS when every part that
 could be evaluated passes, FAIL when one fails, and "n.a." when none could be.
@@ -17,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dummy_collectives.bench.plan import DEEPSPEED, DUMMY, GLOO, OPENMPI
+from dummy_collectives.bench.plan import DEEPSPEED, DUMMY, GLOO, NCCL, OPENMPI
 from dummy_collectives.bench.results import Result
 from dummy_collectives.bench.sizes import KIB, MIB
 
@@ -25,6 +33,8 @@ SMALL_MAX = 4 * KIB
 LARGE_MIN = 1 * MIB
 SMALL_VS_GLOO = 20.0
 LARGE_VS_GLOO = 3.0
+CUDA_LARGE_MIN = 64 * MIB
+CUDA_LARGE_VS_GLOO = 100.0
 PEER_NAMES = {DEEPSPEED: "DeepSpeed", OPENMPI: "Open MPI"}
 
 PASS = "PASS"
@@ -78,15 +88,18 @@ def _small(dummy: Result, others: Table, parts: list[str], floor_s: float | None
     return checks
 
 
-def _large(dummy: Result, others: Table, parts: list[str]) -> list[bool]:
-    checks = []
+def _vs_gloo_busbw(dummy: Result, others: Table, need: float, parts: list[str]) -> list[bool]:
     gloo = others.get(GLOO)
-    if gloo is not None:
-        ratio = dummy.busbw / gloo.busbw
-        checks.append(ratio >= LARGE_VS_GLOO)
-        parts.append(f"{ratio:.1f}x gloo's busbw (need >= {LARGE_VS_GLOO:g}x)")
-    else:
+    if gloo is None:
         parts.append("gloo: n.a.")
+        return []
+    ratio = dummy.busbw / gloo.busbw
+    parts.append(f"{ratio:.1f}x gloo's busbw (need >= {need:g}x)")
+    return [ratio >= need]
+
+
+def _large(dummy: Result, others: Table, parts: list[str]) -> list[bool]:
+    checks = _vs_gloo_busbw(dummy, others, LARGE_VS_GLOO, parts)
     for name, label in PEER_NAMES.items():
         peer = others.get(name)
         if peer is None:
@@ -98,16 +111,32 @@ def _large(dummy: Result, others: Table, parts: list[str]) -> list[bool]:
     return checks
 
 
+def _cuda(world_size: int, size: int, dummy: Result, others: Table, parts: list[str]) -> list[bool]:
+    if world_size == 1:
+        nccl = others.get(NCCL)
+        if nccl is None:
+            parts.append("nccl: n.a.")
+            return []
+        ratio = nccl.time_s / dummy.time_s
+        parts.append(f"{ratio:.2f}x NCCL's speed (need >= 1x)")
+        return [dummy.time_s <= nccl.time_s]
+    return _vs_gloo_busbw(dummy, others, CUDA_LARGE_VS_GLOO, parts)
+
+
 def evaluate_point(
     world_size: int, size: int, table: Table, device: str, floor_s: float | None = None
 ) -> Verdict:
     """The verdict at one (world size, size), from the measured results there by backend;
     ``floor_s`` is the c10d floor's time (None where it was not measured)."""
     verdict = Verdict(world_size, size, NA)
-    if device != "cpu" or world_size < 2:
-        verdict.parts.append("targets are for CPU allreduce on 2 or more ranks")
+    if device == "cuda":
+        if world_size >= 2 and size < CUDA_LARGE_MIN:
+            verdict.parts.append("CUDA targets with 2 or more ranks start at 64 MiB")
+            return verdict
+    elif world_size < 2:
+        verdict.parts.append("CPU targets are for 2 or more ranks")
         return verdict
-    if SMALL_MAX < size < LARGE_MIN:
+    elif SMALL_MAX < size < LARGE_MIN:
         verdict.parts.append("no target between 4 KiB and 1 MiB")
         return verdict
     dummy = table.get(DUMMY)
@@ -116,8 +145,9 @@ def evaluate_point(
         verdict.parts.append("dummy not measured")
         return verdict
     others = {name: result for name, result in table.items() if name != DUMMY}
-    small = size <= SMALL_MAX
-    if small:
+    if device == "cuda":
+        checks = _cuda(world_size, size, dummy, others, verdict.parts)
+    elif size <= SMALL_MAX:
         checks = _small(dummy, others, verdict.parts, floor_s)
     else:
         checks = _large(dummy, others, verdict.parts)
