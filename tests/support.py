@@ -162,6 +162,14 @@ def check_close(
     return True
 
 
+def check_reduced(
+    failures: list[str], what: str, op: str, actual: torch.Tensor, expected: torch.Tensor
+) -> bool:
+    """The result of reduction ``op``: exact, but AVG (a division) within a few ulps."""
+    check = check_close if op == "AVG" else check_equal
+    return check(failures, what, actual, expected)
+
+
 def assert_no_failures(per_rank: Sequence[Iterable[str]], limit: int = 40) -> None:
     """Raise one AssertionError listing the failures every rank reported."""
     lines = [f"rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]

@@ -32,18 +32,6 @@ from support import (
 )
 
 
-def _compare(
-    failures: list[str],
-    what: str,
-    op: str,
-    actual: torch.Tensor,
-    expected: torch.Tensor,
-) -> bool:
-    if op == "AVG":
-        return support.check_close(failures, what, actual, expected)
-    return support.check_equal(failures, what, actual, expected)
-
-
 def check_allreduce_cases(
     dtypes: Sequence[torch.dtype],
     shapes: Sequence[tuple[int, ...]],
@@ -91,7 +79,7 @@ def check_allreduce_cases(
                     continue
                 checked += 1
                 expected = reference(dtype, op, inputs)
-                if not _compare(failures, what, op, tensor, expected) or not use_ref:
+                if not support.check_reduced(failures, what, op, tensor, expected) or not use_ref:
                     continue
                 ref = inputs[rank].clone()
                 try:
@@ -99,7 +87,7 @@ def check_allreduce_cases(
                 except (RuntimeError, ValueError):
                     continue  # gloo does not support this pair
                 compared += 1
-                _compare(failures, f"{what} vs gloo", op, tensor, ref)
+                support.check_reduced(failures, f"{what} vs gloo", op, tensor, ref)
     return {
         "failures": failures,
         "checked": checked,

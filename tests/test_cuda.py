@@ -69,10 +69,7 @@ def check_cuda_allreduce(
                 if tensor.device != device:
                     failures.append(f"{what}: result moved to {tensor.device}")
                 expected = reference(dtype, op, inputs)
-                if op == "AVG":
-                    support.check_close(failures, what, tensor.cpu(), expected)
-                else:
-                    support.check_equal(failures, what, tensor.cpu(), expected)
+                support.check_reduced(failures, what, op, tensor.cpu(), expected)
     return failures
 
 

@@ -63,8 +63,9 @@ def check_tensor_collectives(
                 tensor = inputs[rank].to(device)
                 dist.all_reduce(tensor, op=make_op(op))
                 expected = reference(dtype, op, inputs)
-                check = support.check_close if op == "AVG" else support.check_equal
-                check(failures, f"allreduce {op} {what}", tensor.cpu(), expected)
+                support.check_reduced(
+                    failures, f"allreduce {op} {what}", op, tensor.cpu(), expected
+                )
                 # reduce_scatter_tensor: rank r's input is ws parts; part p is rank_input(...).
                 parts = [
                     [rank_input(r * ws + p, shape, dtype, seed=seed) for p in range(ws)]
@@ -74,7 +75,9 @@ def check_tensor_collectives(
                 got = filler((int(torch.tensor(shape).prod()),), dtype).to(device)
                 dist.reduce_scatter_tensor(got, mine, op=make_op(op))
                 expected = reference(dtype, op, [parts[r][rank].reshape(-1) for r in range(ws)])
-                check(failures, f"reduce_scatter_tensor {op} {what}", got.cpu(), expected)
+                support.check_reduced(
+                    failures, f"reduce_scatter_tensor {op} {what}", op, got.cpu(), expected
+                )
     torch.cuda.synchronize()
     return failures
 
