@@ -111,10 +111,16 @@ def check_stream_semantics(host_free: bool) -> list[str]:
     inputs = [rank_input(r, (1 << 16,), torch.float32, seed=5) for r in range(ws)]
     expected = reference(torch.float32, "SUM", inputs)
     source = inputs[rank].to(device)
+    # The group's first CUDA collective sets the IPC path up (mapping peers' buffers can take
+    # longer than the sleep below): do that first.
+    dist.all_reduce(torch.zeros(1, device=device))
     torch.cuda.synchronize()
+    # Start together (on gloo): a rank that arrives late holds its peers' hosts in the step,
+    # and the GPU could finish the sleep meanwhile.
+    dist.barrier(group=harness.reference_group())
     with torch.cuda.stream(side):
         tensor = torch.zeros(1 << 16, device=device)
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the input is written
+        torch.cuda._sleep(600_000_000)  # ~0.3 s of GPU time before the input is written
         tensor.copy_(source)
         work = dist.all_reduce(tensor, async_op=True)
         work.wait()  # the side stream now waits for the collective; the host does not
