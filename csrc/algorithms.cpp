@@ -47,6 +47,45 @@ void streamChunks(Transport& t, size_t bytes, size_t granule, Produce produce, C
   } while (offset < bytes);
 }
 
+// Splits `count` elements into up to pool.threads() pieces (64-byte aligned, at least
+// kMinBytesPerThread each) and runs fn(piece, lo, hi) for each on the pool; small ranges and
+// single-thread pools run fn(0, 0, count) on the caller.
+constexpr size_t kMinBytesPerThread = size_t{64} << 10;
+
+template <typename Fn>
+void parallelRange(WorkerPool& pool, int64_t count, size_t es, Fn&& fn) {
+  const auto bytes = static_cast<size_t>(count) * es;
+  const int pieces =
+      static_cast<int>(std::min<size_t>(pool.threads(), std::max<size_t>(1, bytes / kMinBytesPerThread)));
+  if (pieces <= 1) {
+    fn(0, int64_t{0}, count);
+    return;
+  }
+  pool.run([&](int piece) {
+    if (piece < pieces) {
+      const auto [lo, hi] = partOf(piece, pieces, count, es);
+      if (hi > lo) {
+        fn(piece, lo, hi);
+      }
+    }
+  });
+}
+
+// Positions [0, m) less this rank's part [lo, hi), split evenly as one range over the pool;
+// fn(x, y) gets ranges of real positions.
+template <typename Fn>
+void outsidePart(WorkerPool& pool, int64_t m, int64_t lo, int64_t hi, size_t es, Fn&& fn) {
+  const int64_t skip = hi - lo;
+  parallelRange(pool, m - skip, es, [&](int, int64_t a, int64_t b) {
+    if (a < lo) {
+      fn(a, std::min(b, lo));
+    }
+    if (b > lo) {
+      fn(std::max(a, lo) + skip, b + skip);
+    }
+  });
+}
+
 } // namespace
 
 namespace {
@@ -62,7 +101,8 @@ void reduceImpl(
     at::Tensor& data,
     const ReduceSpec& spec,
     int root,
-    size_t oneShotMaxBytes) {
+    size_t oneShotMaxBytes,
+    WorkerPool& workers) {
   const bool receives = root < 0 || root == t.rank();
   const size_t es = data.element_size();
   const int64_t n = data.numel();
@@ -87,42 +127,58 @@ void reduceImpl(
   }
 
   const int64_t chunkElems = static_cast<int64_t>(t.slotBytes() / es);
+  // Each piece of a fold split over the workers needs its own source pointers.
+  std::vector<Pointers> pieceSrcs(workers.threads(), Pointers(ws));
   for (int64_t off = 0; off < n; off += chunkElems) {
     const int64_t m = std::min(chunkElems, n - off);
     std::byte* chunk = base + off * es;
     const auto [lo, hi] = partOf(me, ws, m, es);
     auto* slot = static_cast<std::byte*>(t.writeSlot());
-    std::memcpy(slot, chunk, lo * es);
-    std::memcpy(slot + hi * es, chunk + hi * es, (m - hi) * es);
+    outsidePart(workers, m, lo, hi, es, [&](int64_t x, int64_t y) {
+      std::memcpy(slot + x * es, chunk + x * es, (y - x) * es);
+    });
     t.exchange();
     // Reduce-scatter: fold part `me` of every rank's chunk (ours from the user's buffer).
-    for (int r = 0; r < ws; ++r) {
-      srcs[r] = r == me ? chunk + lo * es : static_cast<const std::byte*>(t.readSlot(r)) + lo * es;
-    }
-    auto* next = static_cast<std::byte*>(t.writeSlot()) + lo * es;
-    if (receives) {
-      reduceInto(spec, chunk + lo * es, srcs.data(), ws, hi - lo, next);
-    } else {
-      reduceInto(spec, next, srcs.data(), ws, hi - lo);
-    }
+    auto* next = static_cast<std::byte*>(t.writeSlot());
+    parallelRange(workers, hi - lo, es, [&](int piece, int64_t a, int64_t b) {
+      const int64_t pos = lo + a;
+      Pointers& from = pieceSrcs[piece];
+      for (int r = 0; r < ws; ++r) {
+        from[r] = r == me ? chunk + pos * es : static_cast<const std::byte*>(t.readSlot(r)) + pos * es;
+      }
+      if (receives) {
+        reduceInto(spec, chunk + pos * es, from.data(), ws, b - a, next + pos * es);
+      } else {
+        reduceInto(spec, next + pos * es, from.data(), ws, b - a);
+      }
+    });
     t.exchange();
     // All-gather: every receiving rank copies the other ranks' reduced parts out.
-    for (int r = 0; r < ws && receives; ++r) {
-      const auto [plo, phi] = partOf(r, ws, m, es);
-      if (r != me && phi > plo) {
-        std::memcpy(
-            chunk + plo * es,
-            static_cast<const std::byte*>(t.readSlot(r)) + plo * es,
-            (phi - plo) * es);
-      }
+    if (receives) {
+      outsidePart(workers, m, lo, hi, es, [&](int64_t x, int64_t y) {
+        for (int r = 0; r < ws; ++r) {
+          const auto [plo, phi] = partOf(r, ws, m, es);
+          const int64_t a = std::max(x, plo);
+          const int64_t b = std::min(y, phi);
+          if (r != me && b > a) {
+            std::memcpy(
+                chunk + a * es, static_cast<const std::byte*>(t.readSlot(r)) + a * es, (b - a) * es);
+          }
+        }
+      });
     }
   }
 }
 
 } // namespace
 
-void allreduce(Transport& t, at::Tensor& data, const ReduceSpec& spec, size_t oneShotMaxBytes) {
-  reduceImpl(t, data, spec, /*root=*/-1, oneShotMaxBytes);
+void allreduce(
+    Transport& t,
+    at::Tensor& data,
+    const ReduceSpec& spec,
+    size_t oneShotMaxBytes,
+    WorkerPool& workers) {
+  reduceImpl(t, data, spec, /*root=*/-1, oneShotMaxBytes, workers);
 }
 
 void reduce(
@@ -130,8 +186,9 @@ void reduce(
     at::Tensor& data,
     const ReduceSpec& spec,
     int root,
-    size_t oneShotMaxBytes) {
-  reduceImpl(t, data, spec, root, oneShotMaxBytes);
+    size_t oneShotMaxBytes,
+    WorkerPool& workers) {
+  reduceImpl(t, data, spec, root, oneShotMaxBytes, workers);
 }
 
 namespace {

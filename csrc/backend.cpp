@@ -281,6 +281,8 @@ DummyBackend::DummyBackend(
         size,
         options_->bufferBytes,
         WaitPolicy::forGroup(size, options_->spinMicros));
+    workers_ = std::make_shared<WorkerPool>(
+        options_->threads > 0 ? options_->threads : WorkerPool::defaultThreads(size));
     p2p_ = std::make_shared<P2pEngine>(transport_, options_->timeout);
     device_ = makeDeviceCollectives(store, rank, size, *options_);
   }
@@ -540,9 +542,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
       tensors,
       tensors,
       opts.timeout,
-      [staged, spec, oneShot = options_->oneShotMaxBytes](Transport& t) {
+      [staged, spec, oneShot = options_->oneShotMaxBytes, workers = workers_](Transport& t) {
         at::Tensor& host = staged->acquire(/*copyIn=*/true);
-        algorithms::allreduce(t, host, spec, oneShot);
+        algorithms::allreduce(t, host, spec, oneShot, *workers);
         staged->release(/*copyOut=*/true);
       });
 }
@@ -875,10 +877,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
       tensors,
       tensors,
       opts.timeout,
-      [staged, specs, oneShot = options_->oneShotMaxBytes](Transport& t) {
+      [staged, specs, oneShot = options_->oneShotMaxBytes, workers = workers_](Transport& t) {
         std::vector<at::Tensor> hosts = staged->acquire(/*copyIn=*/true);
         for (size_t i = 0; i < hosts.size(); ++i) {
-          algorithms::allreduce(t, hosts[i], specs[i], oneShot);
+          algorithms::allreduce(t, hosts[i], specs[i], oneShot, *workers);
         }
         staged->release(/*copyOut=*/true);
       });
@@ -905,8 +907,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce(
       tensors,
       tensors,
       opts.timeout,
-      [staged, spec, root, isRoot, oneShot = options_->oneShotMaxBytes](Transport& t) {
-        algorithms::reduce(t, staged->acquire(/*copyIn=*/true), spec, root, oneShot);
+      [staged, spec, root, isRoot, oneShot = options_->oneShotMaxBytes, workers = workers_](
+          Transport& t) {
+        algorithms::reduce(t, staged->acquire(/*copyIn=*/true), spec, root, oneShot, *workers);
         staged->release(/*copyOut=*/isRoot);
       });
 }

@@ -23,6 +23,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::optional<size_t> bufferBytes,
                       std::optional<size_t> oneShotMaxBytes,
                       std::optional<long> spinUs,
+                      std::optional<int> threads,
                       std::optional<bool> cudaIpc,
                       std::optional<size_t> cudaBufferBytes,
                       std::optional<bool> cudaHostWait) {
@@ -39,6 +40,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             }
             if (spinUs) {
               options->spinMicros = *spinUs;
+            }
+            if (threads) {
+              TORCH_CHECK_VALUE(*threads == -1 || *threads >= 1, "threads must be -1 or >= 1");
+              options->threads = *threads;
             }
             if (cudaIpc) {
               options->cudaIpc = *cudaIpc;
@@ -58,6 +63,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("buffer_bytes") = py::none(),
           py::arg("one_shot_max_bytes") = py::none(),
           py::arg("spin_us") = py::none(),
+          py::arg("threads") = py::none(),
           py::arg("cuda_ipc") = py::none(),
           py::arg("cuda_buffer_bytes") = py::none(),
           py::arg("cuda_host_wait") = py::none())
@@ -70,6 +76,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("buffer_bytes", &BackendOptions::bufferBytes)
       .def_readwrite("one_shot_max_bytes", &BackendOptions::oneShotMaxBytes)
       .def_readwrite("spin_us", &BackendOptions::spinMicros)
+      .def_readwrite("threads", &BackendOptions::threads)
       .def_readwrite("cuda_ipc", &BackendOptions::cudaIpc)
       .def_readwrite("cuda_buffer_bytes", &BackendOptions::cudaBufferBytes)
       .def_readwrite("cuda_host_wait", &BackendOptions::cudaHostWait);

@@ -63,6 +63,7 @@ BackendOptions::BackendOptions() : c10d::Backend::Options("dummy") {
   oneShotMaxBytes = static_cast<size_t>(envInteger(
       "DUMMY_COLLECTIVES_ONE_SHOT_MAX_BYTES", static_cast<long long>(oneShotMaxBytes), 0));
   spinMicros = static_cast<long>(envInteger("DUMMY_COLLECTIVES_SPIN_US", spinMicros, -1));
+  threads = static_cast<int>(envInteger("DUMMY_COLLECTIVES_THREADS", threads, -1));
   cudaIpc = envInteger("DUMMY_COLLECTIVES_CUDA_IPC", cudaIpc ? 1 : 0, 0) != 0;
   cudaBufferBytes = static_cast<size_t>(envInteger(
       "DUMMY_COLLECTIVES_CUDA_BUFFER_BYTES", static_cast<long long>(cudaBufferBytes), 1 << 16));

@@ -219,3 +219,34 @@ def check_non_contiguous_views() -> list[str]:
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_collectives_on_non_contiguous_views(pool: support.PoolFactory, world_size: int) -> None:
     support.assert_no_failures(pool(world_size).run_ok(check_non_contiguous_views))
+
+
+def check_reduce_to_each_root(dtype: torch.dtype, shape: tuple[int, ...]) -> list[str]:
+    """dist.reduce of a multi-MiB tensor to every root: the root gets the sum, others keep
+    their input."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    failures: list[str] = []
+    inputs = [rank_input(r, shape, dtype, seed=11) for r in range(ws)]
+    for root in range(ws):
+        tensor = inputs[rank].clone()
+        dist.reduce(tensor, dst=root)
+        expected = reference(dtype, "SUM", inputs) if rank == root else inputs[rank]
+        support.check_equal(failures, f"reduce to {root} {dtype_id(dtype)}", tensor, expected)
+    return failures
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", (2, 3))
+def test_large_reductions_split_over_worker_threads(
+    pool_cache: harness.PoolCache, world_size: int
+) -> None:
+    """Each rank's copies and folds split over 3 threads (DUMMY_COLLECTIVES_THREADS; on 2 cores
+    the automatic choice is 1): still exact, at every chunk and part boundary."""
+    odd = (3 * (1 << 18) + 5,)  # ~3 MiB of float32: three slot chunks, the last one short
+    with pool_cache.fresh(world_size, env={"DUMMY_COLLECTIVES_THREADS": "3"}) as p:
+        for dtype in (torch.float32, torch.bfloat16, torch.int64):
+            ops = [op for op in OPS if invalid_reason(dtype, op) is None]
+            _run_matrix(
+                p, [dtype], [big_shape(dtype), odd], ops=ops, compare_with_reference_group=False
+            )
+            support.assert_no_failures(p.run_ok(check_reduce_to_each_root, dtype, odd))

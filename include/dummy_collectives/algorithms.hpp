@@ -6,6 +6,7 @@
 
 #include <dummy_collectives/reduce_kernel.hpp>
 #include <dummy_collectives/transport.hpp>
+#include <dummy_collectives/worker_pool.hpp>
 
 // The collectives, written once against Transport. Every function expects Transport::beginOp()
 // to have been called, takes contiguous host tensors, streams any size through the fixed-size
@@ -15,7 +16,13 @@ namespace dummy_collectives::algorithms {
 // Up to oneShotMaxBytes: every rank reduces every slot (one exchange). Larger: per slot-sized
 // chunk, rank r reduces part r of all slots (reduce-scatter), then all copy every part out
 // (all-gather), two exchanges per chunk, pipelined through the double-buffered slots.
-void allreduce(Transport& t, at::Tensor& data, const ReduceSpec& spec, size_t oneShotMaxBytes);
+// Large messages split each rank's copies and folds over `workers`.
+void allreduce(
+    Transport& t,
+    at::Tensor& data,
+    const ReduceSpec& spec,
+    size_t oneShotMaxBytes,
+    WorkerPool& workers);
 
 // Like allreduce, but only `root` receives the result; other ranks' tensors are left unchanged.
 void reduce(
@@ -23,7 +30,8 @@ void reduce(
     at::Tensor& data,
     const ReduceSpec& spec,
     int root,
-    size_t oneShotMaxBytes);
+    size_t oneShotMaxBytes,
+    WorkerPool& workers);
 
 // outputs[r] receives rank r's input.
 void allgather(Transport& t, const at::Tensor& input, std::vector<at::Tensor>& outputs);

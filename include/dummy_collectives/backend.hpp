@@ -11,6 +11,7 @@
 #include <dummy_collectives/op_descriptor.hpp>
 #include <dummy_collectives/options.hpp>
 #include <dummy_collectives/transport.hpp>
+#include <dummy_collectives/worker_pool.hpp>
 
 namespace dummy_collectives {
 
@@ -225,6 +226,7 @@ class DummyBackend final : public c10d::Backend {
       const char* what);
 
   std::shared_ptr<ShmTransport> transport_; // null in zero mode
+  std::shared_ptr<WorkerPool> workers_;      // null in zero mode; shared with running bodies
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
   std::shared_ptr<DeviceCollectives> device_; // null in zero mode and CPU-only builds

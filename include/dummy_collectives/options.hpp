@@ -32,6 +32,10 @@ struct BackendOptions : c10d::Backend::Options {
   // How long a waiting rank busy-polls before yielding and then sleeping. -1: choose from the
   // number of ranks and usable cores.
   long spinMicros = -1;
+  // Threads per rank (the caller included) that share a large allreduce's copies and folds.
+  // -1: the usable cores shared out among the group's ranks, at most 4 (1 where ranks have a
+  // core each or fewer).
+  int threads = -1;
   // CUDA tensors: exchange them through device buffers shared by CUDA IPC (CUDA builds); off,
   // or where IPC cannot be set up on some rank, they are staged through host memory.
   bool cudaIpc = true;
