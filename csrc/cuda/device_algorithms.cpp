@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <c10/cuda/CUDAException.h>
+#include <c10/util/StringUtil.h>
 
 #include <dummy_collectives/cuda/device_reduce.hpp>
 #include <dummy_collectives/cuda/peer_memory.hpp>
@@ -98,14 +99,20 @@ bool allreduceOnSharedGpu(
     }
   }
   if (me == kSharedGpuLeader) {
-    void* tensors[kMaxDeviceSources];
-    for (int r = 0; r < ws; ++r) {
-      tensors[r] = r == me
-          ? bytes(tensor)
-          : dev.peerMemory().open(*static_cast<const MemoryExport*>(host.readSlot(r)));
+    try {
+      void* tensors[kMaxDeviceSources];
+      for (int r = 0; r < ws; ++r) {
+        tensors[r] = r == me
+            ? bytes(tensor)
+            : dev.peerMemory().open(*static_cast<const MemoryExport*>(host.readSlot(r)));
+      }
+      // Rank order, as everywhere: every rank's result is the same bits.
+      launchReduceInto(spec, tensors, ws, tensors, ws, tensor.numel(), dev.stream());
+    } catch (const std::exception& e) {
+      // The others wait for our signal: fail them now, with our reason, not at their timeout.
+      host.abort(c10::str("rank ", me, " could not run the shared-GPU allreduce: ", e.what()));
+      throw;
     }
-    // Rank order, as everywhere: every rank's result is the same bits.
-    launchReduceInto(spec, tensors, ws, tensors, ws, tensor.numel(), dev.stream());
   }
   dev.signal(kSharedGpuLeader, host);
   return true;
