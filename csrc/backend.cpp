@@ -392,14 +392,33 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     const char* profilingTitle,
     const std::vector<at::Tensor>& inputs,
     std::vector<at::Tensor> outputs,
-    std::chrono::milliseconds timeout,
+    Issue issue,
     Algorithm algorithm,
     const SplitSizes& splits) {
-  const auto limit = stamp(op, inputs, outputs, timeout, splits);
+  const auto limit = stamp(op, inputs, outputs, issue.timeout, splits);
+  if (issue.blocking && !at::hasCallbacks()) {
+    // The caller waits for this Work next thing: with nothing queued ahead, run it here. That
+    // skips the queue, the body's allocation and the hand-offs around them, most of what a
+    // small blocking collective costs on top of moving its bytes. (Under a profiler the engine
+    // runs it, so the Work's profiling record spans the collective.)
+    std::exception_ptr error;
+    Transport& transport = *transport_;
+    const bool ran = engine_->runNow([&] {
+      try {
+        transport.beginOp(op, limit);
+        algorithm(transport);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    if (ran) {
+      return DummyWork::ran(getRank(), opType, std::move(outputs), op.seq, error);
+    }
+  }
   // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
   auto body = [transport = transport_.get(), op, limit, algorithm = std::move(algorithm)](
                   DummyWork&) {
-    transport->beginOp(op, Clock::now() + limit);
+    transport->beginOp(op, limit);
     algorithm(*transport);
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(body));
@@ -416,17 +435,17 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
     const char* profilingTitle,
     const std::vector<at::Tensor>& inputs,
     std::vector<at::Tensor> outputs,
-    std::chrono::milliseconds timeout,
+    Issue issue,
     Body body) {
   op.path = DataPath::kCudaIpc;
-  const auto limit = stamp(op, inputs, outputs, timeout);
+  const auto limit = stamp(op, inputs, outputs, issue.timeout);
   std::vector<at::Tensor> touched(inputs);
   touched.insert(touched.end(), outputs.begin(), outputs.end());
   auto ticket = device_->submit(touched);
   // Raw pointers: the engine (which runs bodies) is destroyed before the transport and device.
   auto run = [transport = transport_.get(), device = device_.get(), op, limit, ticket,
               body = std::move(body)](DummyWork& work) mutable {
-    transport->beginOp(op, Clock::now() + limit);
+    transport->beginOp(op, limit);
     device->run(*ticket, work, [&] { body(*device, *transport); });
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(run));
@@ -529,7 +548,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
         "dummy:all_reduce",
         tensors,
         tensors,
-        opts.timeout,
+        issued(opts),
         [tensor = tensors[0], spec](DeviceCollectives& d, Transport& t) mutable {
           d.allreduce(t, tensor, spec);
         });
@@ -541,7 +560,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
       "dummy:all_reduce",
       tensors,
       tensors,
-      opts.timeout,
+      issued(opts),
       [staged, spec, oneShot = options_->oneShotMaxBytes, workers = workers_](Transport& t) {
         at::Tensor& host = staged->acquire(/*copyIn=*/true);
         algorithms::allreduce(t, host, spec, oneShot, *workers);
@@ -584,7 +603,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_sparse(
       "dummy:sparse_all_reduce",
       tensors,
       tensors,
-      opts.timeout,
+      issued(opts),
       [tensor = tensors[0]](Transport& t) {
         // Replaces the tensor's indices and values with the sum's (gloo does the same).
         tensor.copy_(algorithms::allreduceSparse(t, tensor));
@@ -629,7 +648,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
         "dummy:all_gather",
         inputTensors,
         outputs,
-        opts.timeout,
+        issued(opts),
         [input, outputs](DeviceCollectives& d, Transport& t) mutable {
           d.allgather(t, outputs, input);
         });
@@ -642,7 +661,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
       "dummy:all_gather",
       inputTensors,
       outputs,
-      opts.timeout,
+      issued(opts),
       [in, outs](Transport& t) {
         std::vector<at::Tensor> hostOutputs;
         hostOutputs.reserve(outs->size());
@@ -676,7 +695,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
         "dummy:_allgather_base",
         {inputBuffer},
         {outputBuffer},
-        opts.timeout,
+        issued(opts),
         [input = inputBuffer, output = outputBuffer](DeviceCollectives& d, Transport& t) mutable {
           d.allgatherBase(t, output, input);
         });
@@ -689,7 +708,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
       "dummy:_allgather_base",
       {inputBuffer},
       {outputBuffer},
-      opts.timeout,
+      issued(opts),
       [in, out](Transport& t) {
         at::Tensor& hostOut = out->acquire(/*copyIn=*/false);
         algorithms::allgatherInto(t, in->acquire(/*copyIn=*/true), hostOut);
@@ -721,7 +740,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::broadcast(
         "dummy:broadcast",
         tensors,
         tensors,
-        opts.timeout,
+        issued(opts),
         [tensor = tensors[0], root](DeviceCollectives& d, Transport& t) mutable {
           d.broadcast(t, tensor, root);
         });
@@ -733,7 +752,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::broadcast(
       "dummy:broadcast",
       tensors,
       tensors,
-      opts.timeout,
+      issued(opts),
       [staged, root, isRoot](Transport& t) {
         algorithms::broadcast(t, staged->acquire(/*copyIn=*/isRoot), root);
         staged->release(/*copyOut=*/!isRoot);
@@ -745,7 +764,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions&
   OpDescriptor op;
   op.kind = CollectiveKind::kBarrier;
   return submit(
-      op, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, opts.timeout, [](Transport& t) {
+      op, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, issued(opts), [](Transport& t) {
         algorithms::barrier(t);
       });
 }
@@ -876,7 +895,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
       "dummy:allreduce_coalesced",
       tensors,
       tensors,
-      opts.timeout,
+      issued(opts),
       [staged, specs, oneShot = options_->oneShotMaxBytes, workers = workers_](Transport& t) {
         std::vector<at::Tensor> hosts = staged->acquire(/*copyIn=*/true);
         for (size_t i = 0; i < hosts.size(); ++i) {
@@ -906,7 +925,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce(
       "dummy:reduce",
       tensors,
       tensors,
-      opts.timeout,
+      issued(opts),
       [staged, spec, root, isRoot, oneShot = options_->oneShotMaxBytes, workers = workers_](
           Transport& t) {
         algorithms::reduce(t, staged->acquire(/*copyIn=*/true), spec, root, oneShot, *workers);
@@ -957,7 +976,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
       "dummy:all_gather_coalesced",
       inputTensors,
       flatten(outputTensorLists),
-      opts.timeout,
+      issued(opts),
       [in, out, ws, count](Transport& t) {
         std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
@@ -1006,7 +1025,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
       "dummy:all_gather_into_tensor_coalesced",
       inputs,
       outputs,
-      opts.timeout,
+      issued(opts),
       [in, out](Transport& t) {
         std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
@@ -1039,7 +1058,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
       "dummy:gather",
       inputTensors,
       outputs,
-      opts.timeout,
+      issued(opts),
       [in, out, root](Transport& t) {
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
         algorithms::gather(t, in->acquire(/*copyIn=*/true), hostOut, root);
@@ -1069,7 +1088,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::scatter(
       "dummy:scatter",
       inputs,
       outputTensors,
-      opts.timeout,
+      issued(opts),
       [in, out, root](Transport& t) {
         algorithms::scatter(t, in->acquire(/*copyIn=*/true), out->acquire(/*copyIn=*/false), root);
         in->release(/*copyOut=*/false);
@@ -1097,7 +1116,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter(
       "dummy:reduce_scatter",
       inputTensors[0],
       outputTensors,
-      opts.timeout,
+      issued(opts),
       [in, out, spec](Transport& t) {
         algorithms::reduceScatter(t, in->acquire(/*copyIn=*/true), out->acquire(false), spec);
         in->release(/*copyOut=*/false);
@@ -1155,7 +1174,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
         "dummy:_reduce_scatter_base",
         inputs,
         outputs,
-        opts.timeout,
+        issued(opts),
         [input = inputs[0], output = outputs[0], spec = specs[0]](
             DeviceCollectives& d, Transport& t) mutable {
           d.reduceScatterBase(t, output, input, spec);
@@ -1178,7 +1197,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
       coalesced ? "dummy:reduce_scatter_tensor_coalesced" : "dummy:_reduce_scatter_base",
       inputs,
       outputs,
-      opts.timeout,
+      issued(opts),
       [in, out, specs, ws](Transport& t) {
         std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
@@ -1240,7 +1259,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
       "dummy:all_to_all",
       {inputBuffer},
       {outputBuffer},
-      opts.timeout,
+      issued(opts),
       [in, out, sendRows, recvRows, sendRowBytes, recvRowBytes](Transport& t) {
         auto* src = static_cast<std::byte*>(in->acquire(/*copyIn=*/true).data_ptr());
         auto* dst = static_cast<std::byte*>(out->acquire(/*copyIn=*/false).data_ptr());
@@ -1288,7 +1307,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
       "dummy:all_to_all",
       inputTensors,
       outputTensors,
-      opts.timeout,
+      issued(opts),
       [in, out](Transport& t) {
         auto spans = [](std::vector<at::Tensor>& tensors) {
           std::vector<algorithms::Span> result;

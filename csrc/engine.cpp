@@ -37,6 +37,7 @@ void Engine::enqueue(c10::intrusive_ptr<DummyWork> work) {
     // collective, each preempting a rank's caller on a machine with a core per rank).
     lastActive_ = work->enqueuedAt();
     queue_.push_back(std::move(work));
+    queued_.store(queue_.size(), std::memory_order_release);
     // A parked worker sleeps without a timeout and must be woken; an active one polls. Several
     // collectives in flight means an asynchronous caller: run them without the grace period.
     wake = parked_ || queue_.size() > 1;
@@ -67,6 +68,7 @@ c10::intrusive_ptr<DummyWork> Engine::pop() {
   }
   auto work = std::move(queue_.front());
   queue_.pop_front();
+  queued_.store(queue_.size(), std::memory_order_release);
   return work;
 }
 

@@ -31,14 +31,14 @@ constexpr size_t kReasonBytes = 1024;
 struct alignas(kLine) RankControl {
   // Steps this rank has published. Futex waits use its low 32 bits (little-endian first word).
   std::atomic<uint64_t> published;
-  char pad[kLine - sizeof(std::atomic<uint64_t>)];
-  // Written once at connect, read by peers' liveness checks.
-  int32_t pid;
-  uint64_t pidNamespace;
   // The collective whose first step is step s lives in desc[s % 2]; a rank rewrites a slot only
   // after every rank has gone two steps past the reads of it (the same rule as the data slots).
+  // It shares `published`'s line pair: the transfer that shows a peer the step brings it along.
   OpDescriptor desc[2];
+  alignas(kLine) int32_t pid; // written once at connect, read by peers' liveness checks
+  uint64_t pidNamespace;
 };
+static_assert(sizeof(std::atomic<uint64_t>) + 2 * sizeof(OpDescriptor) <= kLine);
 
 struct alignas(kLine) ControlBlock {
   uint64_t magic;
@@ -290,10 +290,10 @@ void ShmTransport::abort(const std::string& reason) {
   }
 }
 
-void ShmTransport::beginOp(const OpDescriptor& op, Clock::time_point deadline) {
+void ShmTransport::beginOp(const OpDescriptor& op, std::chrono::milliseconds timeout) {
   op_ = op;
-  deadline_ = deadline;
-  opStart_ = Clock::now();
+  timeout_ = timeout;
+  opClockStarted_ = false;
   opFirstStep_ = nextStep_;
   if (ctl_->aborted.load(std::memory_order_acquire) != 0) {
     C10_THROW_ERROR(
@@ -329,28 +329,31 @@ void ShmTransport::exchange() {
 }
 
 template <typename Ready, typename Check, typename Sleep>
-void ShmTransport::waitFor(
-    Clock::time_point start,
-    Clock::time_point& nextCheck,
-    Ready&& ready,
-    Check&& check,
-    Sleep&& sleep) {
+void ShmTransport::waitFor(WaitClock& clock, Ready&& ready, Check&& check, Sleep&& sleep) {
   for (uint32_t spins = 0; !ready();) {
     if (ctl_->aborted.load(std::memory_order_relaxed) != 0) {
       C10_THROW_ERROR(
           DistBackendError, c10::str(opContext(), ": the group was aborted (", abortReason(), ")"));
     }
-    // Reading the clock costs ~20 ns; amortise it over a few pause instructions.
+    // Reading the clock costs ~20-40 ns; amortise it over a few pause instructions.
     if ((++spins & 15) != 0) {
       cpuRelax();
       continue;
     }
     const auto now = Clock::now();
-    if (now >= nextCheck) {
-      check(now);
-      nextCheck = now + policy_.livenessPeriod;
+    if (!clock.started) {
+      clock = {true, now, now + policy_.livenessPeriod};
+      if (!opClockStarted_) {
+        opClockStarted_ = true;
+        opStart_ = now;
+        deadline_ = now + timeout_;
+      }
     }
-    switch (policy_.phase(now - start)) {
+    if (now >= clock.nextCheck) {
+      check(now);
+      clock.nextCheck = now + policy_.livenessPeriod;
+    }
+    switch (policy_.phase(now - clock.start)) {
       case WaitPhase::kSpin:
         cpuRelax();
         break;
@@ -366,13 +369,11 @@ void ShmTransport::waitFor(
 
 void ShmTransport::waitAll(uint64_t step) {
   const uint64_t target = step + 1;
-  const auto start = Clock::now();
-  auto nextCheck = start + policy_.livenessPeriod;
+  WaitClock clock;
   for (int r = 0; r < size_; ++r) {
     std::atomic<uint64_t>& word = control(r).published;
     waitFor(
-        start,
-        nextCheck,
+        clock,
         [&] { return word.load(std::memory_order_acquire) >= target; },
         [&](Clock::time_point) { checkPeers(step); },
         [&] {
@@ -388,11 +389,9 @@ void ShmTransport::waitAll(uint64_t step) {
 }
 
 void ShmTransport::waitUntil(const std::function<bool()>& ready, const std::string& what) {
-  const auto start = Clock::now();
-  auto nextCheck = start + policy_.livenessPeriod;
+  WaitClock clock;
   waitFor(
-      start,
-      nextCheck,
+      clock,
       ready,
       [&](Clock::time_point now) {
         for (int r = 0; r < size_; ++r) {

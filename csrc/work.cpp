@@ -45,7 +45,8 @@ DummyWork::DummyWork(
       seq_(seq),
       body_(std::move(body)),
       progress_(std::move(progress)),
-      enqueuedAt_(std::chrono::steady_clock::now()) {}
+      // Only the engine reads it, for Works it queues (those have a body).
+      enqueuedAt_(body_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point()) {}
 
 DummyWork::~DummyWork() = default;
 
@@ -57,6 +58,20 @@ c10::intrusive_ptr<DummyWork> DummyWork::completed(
   auto work = c10::make_intrusive<DummyWork>(
       rank, opType, profilingTitle, outputs, outputs, 0, nullptr, std::weak_ptr<Progress>());
   work->execute();
+  return work;
+}
+
+c10::intrusive_ptr<DummyWork> DummyWork::ran(
+    int rank,
+    c10d::OpType opType,
+    std::vector<at::Tensor> outputs,
+    uint64_t seq,
+    std::exception_ptr error) {
+  // No profiling title: the caller runs collectives itself only while no profiler listens.
+  const std::vector<at::Tensor> noInputs;
+  auto work = c10::make_intrusive<DummyWork>(
+      rank, opType, nullptr, noInputs, std::move(outputs), seq, nullptr, std::weak_ptr<Progress>());
+  work->complete(error);
   return work;
 }
 

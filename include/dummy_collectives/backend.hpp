@@ -146,7 +146,18 @@ class DummyBackend final : public c10d::Backend {
   }
 
  private:
-  // Enqueues a collective; `algorithm(Transport&)` runs on the engine thread.
+  // How a collective was issued: its timeout, and whether the caller waits for it at once
+  // (c10d's asyncOp=false, which the blocking Python calls pass).
+  struct Issue {
+    std::chrono::milliseconds timeout;
+    bool blocking;
+  };
+  template <typename Options>
+  static Issue issued(const Options& opts) {
+    return {opts.timeout, !opts.asyncOp};
+  }
+  // Issues a collective; `algorithm(Transport&)` runs on the engine thread, or right here when
+  // the caller blocks on it anyway and nothing is queued ahead of it.
   template <typename Algorithm>
   c10::intrusive_ptr<c10d::Work> submit(
       OpDescriptor op,
@@ -154,7 +165,7 @@ class DummyBackend final : public c10d::Backend {
       const char* profilingTitle,
       const std::vector<at::Tensor>& inputs,
       std::vector<at::Tensor> outputs,
-      std::chrono::milliseconds timeout,
+      Issue issue,
       Algorithm algorithm,
       const SplitSizes& splits = {});
   // Enqueues a collective on device tensors that takes the device path (device_->accepts());
@@ -166,7 +177,7 @@ class DummyBackend final : public c10d::Backend {
       const char* profilingTitle,
       const std::vector<at::Tensor>& inputs,
       std::vector<at::Tensor> outputs,
-      std::chrono::milliseconds timeout,
+      Issue issue,
       Body body);
   // Numbers the collective and tells the profiler; returns how long it may take.
   std::chrono::milliseconds stamp(

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -47,6 +48,20 @@ class Engine final : public Progress {
   // the queue, returns at once (the caller then blocks on the Work).
   void runUntil(const DummyWork& work, std::chrono::steady_clock::time_point deadline) override;
 
+  // Runs `run()` on the calling thread now if nothing is queued or running (the caller will wait
+  // for its collective at once: running it here skips the queue and its hand-offs); returns
+  // false, without running it, otherwise. Ordered like any issued collective: queued ones run
+  // after it.
+  template <typename Run>
+  bool runNow(Run&& run) {
+    std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
+    if (!exec.owns_lock() || queued_.load(std::memory_order_acquire) != 0) {
+      return false;
+    }
+    run();
+    return true;
+  }
+
   // Runs everything queued on the calling thread (waiting for a thread that is running the
   // queue to finish first); on return no queued or running Work is left.
   void drain();
@@ -59,6 +74,7 @@ class Engine final : public Progress {
   std::mutex mu_;                 // guards the fields below
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<DummyWork>> queue_;
+  std::atomic<size_t> queued_{0}; // queue_.size(), readable without mu_ (runNow)
   bool stopping_ = false;
   bool parked_ = false;
   bool expedite_ = false;

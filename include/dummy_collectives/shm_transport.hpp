@@ -70,7 +70,7 @@ class ShmTransport final : public Transport {
     return slotBytes_;
   }
 
-  void beginOp(const OpDescriptor& op, Clock::time_point deadline) override;
+  void beginOp(const OpDescriptor& op, std::chrono::milliseconds timeout) override;
   void* writeSlot() override;
   void exchange() override;
   const void* readSlot(int r) const override;
@@ -91,16 +91,18 @@ class ShmTransport final : public Transport {
   std::byte* slot(int r, uint64_t step) const;
   // Waits until every rank has published `step`; raises on abort, timeout or a dead peer.
   void waitAll(uint64_t step);
+  // When a wait began (read lazily: a wait that succeeds at once never reads the clock).
+  struct WaitClock {
+    bool started = false;
+    Clock::time_point start;
+    Clock::time_point nextCheck;
+  };
   // The loop every wait shares: polls `ready` until it holds -- spinning, then yielding, then
-  // calling `sleep`, as the policy says for the time since `start` -- raising if the group is
-  // aborted, and calling `check` (which raises when waiting is pointless) every liveness period.
+  // calling `sleep`, as the policy says for the time since the wait began -- raising if the
+  // group is aborted, and calling `check` (which raises when waiting is pointless) every
+  // liveness period. The op's own clock (its deadline) starts with its first such wait.
   template <typename Ready, typename Check, typename Sleep>
-  void waitFor(
-      Clock::time_point start,
-      Clock::time_point& nextCheck,
-      Ready&& ready,
-      Check&& check,
-      Sleep&& sleep);
+  void waitFor(WaitClock& clock, Ready&& ready, Check&& check, Sleep&& sleep);
   void checkPeers(uint64_t step);
   void checkDescriptors(uint64_t step) const;
   [[noreturn]] void fail(const std::string& what);
@@ -118,8 +120,10 @@ class ShmTransport final : public Transport {
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
   uint64_t opFirstStep_ = 0;
   OpDescriptor op_;
-  Clock::time_point deadline_;
+  std::chrono::milliseconds timeout_{0};
+  bool opClockStarted_ = false; // opStart_ and deadline_ hold for the current op
   Clock::time_point opStart_;
+  Clock::time_point deadline_;
 };
 
 } // namespace dummy_collectives

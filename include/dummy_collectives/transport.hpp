@@ -24,8 +24,10 @@ class Transport {
   virtual size_t slotBytes() const = 0;
 
   // Starts a collective: the descriptor travels with its first step and every rank checks that
-  // all ranks called the same thing. Waits past `deadline` raise a timeout naming the op.
-  virtual void beginOp(const OpDescriptor& op, Clock::time_point deadline) = 0;
+  // all ranks called the same thing. Waits more than `timeout` after the op's first wait began
+  // raise a timeout naming the op (the clock starts when a wait first polls in vain, so a
+  // collective whose peers are already there never reads it).
+  virtual void beginOp(const OpDescriptor& op, std::chrono::milliseconds timeout) = 0;
 
   // This rank's slot for the next step (write-only until exchange()).
   virtual void* writeSlot() = 0;

@@ -50,6 +50,13 @@ class DummyWork final : public c10d::Work {
       c10d::OpType opType,
       const char* profilingTitle,
       std::vector<at::Tensor> outputs);
+  // A Work for collective `seq` that its caller already ran (failing with `error`, if set).
+  static c10::intrusive_ptr<DummyWork> ran(
+      int rank,
+      c10d::OpType opType,
+      std::vector<at::Tensor> outputs,
+      uint64_t seq,
+      std::exception_ptr error);
 
   // A body that queued device work calls this before it returns: the Work is then complete on
   // the host (its handshakes done) while its device work completes with `event`, recorded on
