@@ -134,6 +134,36 @@ def test_async_mixed_collectives(pool: support.PoolFactory, world_size: int) -> 
     support.assert_no_failures(pool(world_size).run_ok(check_mixed_outstanding))
 
 
+def check_blocking_behind_async(rounds: int) -> list[str]:
+    """A blocking collective runs on its caller's thread only when nothing is queued ahead of
+    it. Rank 0 waits for its async allreduce before it issues a blocking one; the other ranks
+    issue the blocking one while their async one is still queued. A rank that ran the blocking
+    one first would pair it with rank 0's async one: a mismatch error (other dtype and size)."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    failures: list[str] = []
+    for step in range(rounds):
+        first_in = [rank_input(r, (1031,), torch.float32, seed=step) for r in range(ws)]
+        second_in = [rank_input(r, (17,), torch.float64, seed=step) for r in range(ws)]
+        first, second = first_in[rank].clone(), second_in[rank].clone()
+        work = dist.all_reduce(first, async_op=True)
+        if rank == 0:
+            work.wait()
+        dist.all_reduce(second)
+        work.wait()
+        expected_first = reference(torch.float32, "SUM", first_in)
+        support.check_equal(failures, f"round {step}, async", first, expected_first)
+        expected_second = reference(torch.float64, "SUM", second_in)
+        support.check_equal(failures, f"round {step}, blocking", second, expected_second)
+    return failures
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_blocking_collective_waits_behind_queued_async(
+    pool: support.PoolFactory, world_size: int
+) -> None:
+    support.assert_no_failures(pool(world_size).run_ok(check_blocking_behind_async, 20))
+
+
 def check_futures() -> list[str]:
     rank, ws = dist.get_rank(), dist.get_world_size()
     failures: list[str] = []
