@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -47,28 +50,47 @@ void streamChunks(Transport& t, size_t bytes, size_t granule, Produce produce, C
   } while (offset < bytes);
 }
 
-// Splits `count` elements into up to pool.threads() pieces (64-byte aligned, at least
-// kMinBytesPerThread each) and runs fn(piece, lo, hi) for each on the pool; small ranges and
-// single-thread pools run fn(0, 0, count) on the caller.
+// Splits `count` elements into up to min(pool.threads(), maxPieces) pieces (64-byte aligned, at
+// least kMinBytesPerThread each) and runs fn(piece, lo, hi) for each on the pool; small ranges
+// and single-thread pools run fn(0, 0, count) on the caller. An exception in any piece is raised
+// on the caller once all pieces are done.
 constexpr size_t kMinBytesPerThread = size_t{64} << 10;
 
 template <typename Fn>
-void parallelRange(WorkerPool& pool, int64_t count, size_t es, Fn&& fn) {
+void parallelRange(
+    WorkerPool& pool,
+    int64_t count,
+    size_t es,
+    Fn&& fn,
+    int maxPieces = std::numeric_limits<int>::max()) {
   const auto bytes = static_cast<size_t>(count) * es;
-  const int pieces =
-      static_cast<int>(std::min<size_t>(pool.threads(), std::max<size_t>(1, bytes / kMinBytesPerThread)));
+  const int pieces = static_cast<int>(std::min<size_t>(
+      std::min(pool.threads(), maxPieces), std::max<size_t>(1, bytes / kMinBytesPerThread)));
   if (pieces <= 1) {
     fn(0, int64_t{0}, count);
     return;
   }
+  std::mutex errorMutex;
+  std::exception_ptr error;
   pool.run([&](int piece) {
-    if (piece < pieces) {
-      const auto [lo, hi] = partOf(piece, pieces, count, es);
-      if (hi > lo) {
+    if (piece >= pieces) {
+      return;
+    }
+    const auto [lo, hi] = partOf(piece, pieces, count, es);
+    if (hi > lo) {
+      try {
         fn(piece, lo, hi);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(errorMutex);
+        if (!error) {
+          error = std::current_exception();
+        }
       }
     }
   });
+  if (error) {
+    std::rethrow_exception(error);
+  }
 }
 
 // Positions [0, m) less this rank's part [lo, hi), split evenly as one range over the pool;
@@ -172,13 +194,109 @@ void reduceImpl(
 
 } // namespace
 
+namespace {
+
+// Largest piece of one peer's part read at a time in the reduce-scatter: the pieces of all peers
+// and the fold over them stay in the core's L2 cache.
+constexpr size_t kPeerReadPieceBytes = size_t{256} << 10;
+
+// Allreduce by reading the peers' tensors where they lie (see Transport::sharePointers).
+// Returns false, having moved nothing, where the ranks cannot read each other's memory.
+//
+// Per byte of the tensor a rank reads its own part and the peers' copies of it, and reads the
+// others' reduced parts into its tensor: about 40% less memory traffic than through the slots
+// (where every byte is copied in, read by its reducer and copied out again), and three exchanges
+// in all instead of two per slot-sized chunk.
+bool allreduceByPeerReads(
+    Transport& t,
+    at::Tensor& data,
+    const ReduceSpec& spec,
+    WorkerPool& workers) {
+  const int ws = t.size();
+  const int me = t.rank();
+  const size_t es = data.element_size();
+  const int64_t n = data.numel();
+  std::byte* base = bytesOf(data);
+  Pointers peers(ws);
+  if (!t.sharePointers(base, peers.data())) {
+    return false;
+  }
+  auto peerBytes = [&](int r, int64_t at) {
+    return static_cast<const std::byte*>(peers[r]) + at * es;
+  };
+
+  // Reduce-scatter: fold part `me` of every rank's tensor into ours, a piece at a time. The
+  // peers' pieces land in our next slot, which is ours alone to write until the next exchange;
+  // each worker thread gets its own share of it.
+  const auto [lo, hi] = partOf(me, ws, n, es);
+  const int threads = std::max<int>(
+      1, std::min<size_t>(workers.threads(), t.slotBytes() / (static_cast<size_t>(ws - 1) * 4096)));
+  const size_t share = t.slotBytes() / static_cast<size_t>(threads);
+  const size_t pieceBytes =
+      std::min(kPeerReadPieceBytes, share / static_cast<size_t>(ws - 1)) / 64 * 64;
+  const int64_t pieceElems = std::max<int64_t>(1, static_cast<int64_t>(pieceBytes / es));
+  auto* scratch = static_cast<std::byte*>(t.writeSlot());
+  std::vector<Pointers> pieceSrcs(threads, Pointers(ws));
+  parallelRange(
+      workers,
+      hi - lo,
+      es,
+      [&](int piece, int64_t a, int64_t b) {
+        std::byte* mine = scratch + static_cast<size_t>(piece) * share;
+        Pointers& from = pieceSrcs[piece];
+        for (int64_t x = lo + a; x < lo + b; x += pieceElems) {
+          const int64_t m = std::min(pieceElems, lo + b - x);
+          std::byte* to = mine;
+          for (int r = 0; r < ws; ++r) {
+            if (r == me) {
+              from[r] = base + x * es;
+            } else {
+              t.readPeer(r, to, peerBytes(r, x), m * es);
+              from[r] = to;
+              to += pieceElems * es;
+            }
+          }
+          reduceInto(spec, base + x * es, from.data(), ws, m);
+        }
+      },
+      threads);
+  t.exchange();
+
+  // All-gather: read every other part, reduced now, from its owner's tensor into ours.
+  outsidePart(workers, n, lo, hi, es, [&](int64_t x, int64_t y) {
+    for (int r = 0; r < ws; ++r) {
+      const auto [plo, phi] = partOf(r, ws, n, es);
+      const int64_t a = std::max(x, plo);
+      const int64_t b = std::min(y, phi);
+      if (r != me && b > a) {
+        t.readPeer(r, base + a * es, peerBytes(r, a), (b - a) * es);
+      }
+    }
+  });
+  // Peers may still be reading our tensor: nobody returns (and lets its caller write to it)
+  // before every rank is done.
+  t.exchange();
+  return true;
+}
+
+} // namespace
+
 void allreduce(
     Transport& t,
     at::Tensor& data,
     const ReduceSpec& spec,
-    size_t oneShotMaxBytes,
+    const AllreducePlan& plan,
     WorkerPool& workers) {
-  reduceImpl(t, data, spec, /*root=*/-1, oneShotMaxBytes, workers);
+  const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
+  // Every rank decides alike: the sizes match (the descriptor check) and so do the thresholds
+  // and the slot size (checked at connect).
+  if (t.size() > 1 && bytes >= plan.peerReadMinBytes && bytes <= plan.peerReadMaxBytes &&
+      bytes > plan.oneShotMaxBytes &&
+      t.slotBytes() >= static_cast<size_t>(t.size() - 1) * 4096 &&
+      allreduceByPeerReads(t, data, spec, workers)) {
+    return;
+  }
+  reduceImpl(t, data, spec, /*root=*/-1, plan.oneShotMaxBytes, workers);
 }
 
 void reduce(

@@ -280,7 +280,15 @@ DummyBackend::DummyBackend(
         rank,
         size,
         options_->bufferBytes,
-        WaitPolicy::forGroup(size, options_->spinMicros));
+        WaitPolicy::forGroup(size, options_->spinMicros),
+        options_->peerReads,
+        std::vector<GroupSetting>{
+            {"one_shot_max_bytes (DUMMY_COLLECTIVES_ONE_SHOT_MAX_BYTES)",
+             options_->oneShotMaxBytes},
+            {"peer_read_min_bytes (DUMMY_COLLECTIVES_PEER_READ_MIN_BYTES)",
+             options_->peerReadMinBytes},
+            {"peer_read_max_bytes (DUMMY_COLLECTIVES_PEER_READ_MAX_BYTES)",
+             options_->peerReadMaxBytes}});
     workers_ = std::make_shared<WorkerPool>(
         options_->threads > 0 ? options_->threads : WorkerPool::defaultThreads(size));
     p2p_ = std::make_shared<P2pEngine>(transport_, options_->timeout);
@@ -472,6 +480,14 @@ void DummyBackend::requireReal(const char* collective) const {
   TORCH_CHECK(mode() == Mode::kReal, "dummy ", collective, zeroModeUnsupported);
 }
 
+std::string DummyBackend::peerReads() const {
+  return transport_ ? transport_->peerReadsState() : "off";
+}
+
+algorithms::AllreducePlan DummyBackend::allreducePlan() const {
+  return {options_->oneShotMaxBytes, options_->peerReadMinBytes, options_->peerReadMaxBytes};
+}
+
 void DummyBackend::recordParamComms(
     uint64_t seq,
     bool p2p,
@@ -561,9 +577,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
       tensors,
       tensors,
       issued(opts),
-      [staged, spec, oneShot = options_->oneShotMaxBytes, workers = workers_](Transport& t) {
+      [staged, spec, plan = allreducePlan(), workers = workers_](Transport& t) {
         at::Tensor& host = staged->acquire(/*copyIn=*/true);
-        algorithms::allreduce(t, host, spec, oneShot, *workers);
+        algorithms::allreduce(t, host, spec, plan, *workers);
         staged->release(/*copyOut=*/true);
       });
 }
@@ -896,10 +912,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
       tensors,
       tensors,
       issued(opts),
-      [staged, specs, oneShot = options_->oneShotMaxBytes, workers = workers_](Transport& t) {
+      [staged, specs, plan = allreducePlan(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hosts = staged->acquire(/*copyIn=*/true);
         for (size_t i = 0; i < hosts.size(); ++i) {
-          algorithms::allreduce(t, hosts[i], specs[i], oneShot, *workers);
+          algorithms::allreduce(t, hosts[i], specs[i], plan, *workers);
         }
         staged->release(/*copyOut=*/true);
       });

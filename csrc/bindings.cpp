@@ -22,6 +22,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::init([](std::optional<std::string> mode,
                       std::optional<size_t> bufferBytes,
                       std::optional<size_t> oneShotMaxBytes,
+                      std::optional<int> peerReads,
+                      std::optional<size_t> peerReadMinBytes,
+                      std::optional<size_t> peerReadMaxBytes,
                       std::optional<long> spinUs,
                       std::optional<int> threads,
                       std::optional<bool> cudaIpc,
@@ -37,6 +40,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             }
             if (oneShotMaxBytes) {
               options->oneShotMaxBytes = *oneShotMaxBytes;
+            }
+            if (peerReads) {
+              TORCH_CHECK_VALUE(
+                  *peerReads >= -1 && *peerReads <= 1, "peer_reads must be -1 (auto), 0 or 1");
+              options->peerReads = *peerReads;
+            }
+            if (peerReadMinBytes) {
+              options->peerReadMinBytes = *peerReadMinBytes;
+            }
+            if (peerReadMaxBytes) {
+              options->peerReadMaxBytes = *peerReadMaxBytes;
             }
             if (spinUs) {
               options->spinMicros = *spinUs;
@@ -62,6 +76,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("mode") = py::none(),
           py::arg("buffer_bytes") = py::none(),
           py::arg("one_shot_max_bytes") = py::none(),
+          py::arg("peer_reads") = py::none(),
+          py::arg("peer_read_min_bytes") = py::none(),
+          py::arg("peer_read_max_bytes") = py::none(),
           py::arg("spin_us") = py::none(),
           py::arg("threads") = py::none(),
           py::arg("cuda_ipc") = py::none(),
@@ -75,6 +92,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           })
       .def_readwrite("buffer_bytes", &BackendOptions::bufferBytes)
       .def_readwrite("one_shot_max_bytes", &BackendOptions::oneShotMaxBytes)
+      .def_readwrite("peer_reads", &BackendOptions::peerReads)
+      .def_readwrite("peer_read_min_bytes", &BackendOptions::peerReadMinBytes)
+      .def_readwrite("peer_read_max_bytes", &BackendOptions::peerReadMaxBytes)
       .def_readwrite("spin_us", &BackendOptions::spinMicros)
       .def_readwrite("threads", &BackendOptions::threads)
       .def_readwrite("cuda_ipc", &BackendOptions::cudaIpc)
@@ -100,7 +120,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("options"),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
-          "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); });
+          "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })
+      .def_property_readonly(
+          "peer_reads",
+          &DummyBackend::peerReads,
+          "Whether large allreduces read the peers' tensors directly (cross memory attach): "
+          "'on', 'off', or 'undecided' until the group's first one.");
 
   m.def(
       "_flush_at_exit",

@@ -19,6 +19,8 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
+#include <dummy_collectives/cross_memory.hpp>
+
 namespace dummy_collectives {
 
 // Shared-memory layout: ControlBlock, then one RankControl per rank, then the data slots
@@ -35,8 +37,11 @@ struct alignas(kLine) RankControl {
   // after every rank has gone two steps past the reads of it (the same rule as the data slots).
   // It shares `published`'s line pair: the transfer that shows a peer the step brings it along.
   OpDescriptor desc[2];
-  alignas(kLine) int32_t pid; // written once at connect, read by peers' liveness checks
+  // Written once at connect.
+  alignas(kLine) int32_t pid; // for peers' liveness checks and cross-memory reads
   uint64_t pidNamespace;
+  uint64_t probeAddress; // a word of this process that peers read to see whether they can
+  uint64_t probeValue;   // (cross_memory::ProbeWord)
 };
 static_assert(sizeof(std::atomic<uint64_t>) + 2 * sizeof(OpDescriptor) <= kLine);
 
@@ -170,12 +175,18 @@ ShmTransport::ShmTransport(
     int rank,
     int size,
     size_t slotBytes,
-    WaitPolicy policy)
+    WaitPolicy policy,
+    int peerReads,
+    std::vector<GroupSetting> settings)
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
-      policy_(policy) {
+      policy_(policy),
+      peerReadsWanted_(peerReads > 0 || (peerReads < 0 && size <= usableCores())) {
   const size_t bytes = segmentBytes(size, slotBytes_);
+  settings.insert(
+      settings.begin(),
+      {"the buffer size (DUMMY_COLLECTIVES_BUFFER_BYTES or pg_options.buffer_bytes)", slotBytes_});
   if (rank == 0) {
     segment_ = ShmSegment::create(bytes);
     ctl_ = new (segment_.data()) ControlBlock();
@@ -189,23 +200,30 @@ ShmTransport::ShmTransport(
     for (int i = 0; i < size * size; ++i) {
       new (&channels[i]) ChannelControl();
     }
-    std::string value = c10::str(segment_.name(), " ", slotBytes_);
+    std::string value = segment_.name();
+    for (const GroupSetting& setting : settings) {
+      value += c10::str(" ", setting.value);
+    }
     store->set(kStoreKey, std::vector<uint8_t>(value.begin(), value.end()));
   } else {
     std::vector<uint8_t> raw = store->get(kStoreKey);
     std::istringstream value(std::string(raw.begin(), raw.end()));
     std::string name;
-    size_t rootSlotBytes = 0;
-    value >> name >> rootSlotBytes;
-    TORCH_CHECK_VALUE(
-        rootSlotBytes == slotBytes_,
-        "dummy_collectives: ranks disagree on the buffer size (DUMMY_COLLECTIVES_BUFFER_BYTES or "
-        "pg_options.buffer_bytes): rank 0 uses ",
-        rootSlotBytes,
-        " bytes, rank ",
-        rank,
-        " uses ",
-        slotBytes_);
+    value >> name;
+    for (const GroupSetting& setting : settings) {
+      uint64_t rootValue = 0;
+      value >> rootValue;
+      TORCH_CHECK_VALUE(
+          rootValue == setting.value,
+          "dummy_collectives: ranks disagree on ",
+          setting.what,
+          ": rank 0 uses ",
+          rootValue,
+          ", rank ",
+          rank,
+          " uses ",
+          setting.value);
+    }
     segment_ = ShmSegment::open(name, bytes);
     ctl_ = static_cast<ControlBlock*>(segment_.data());
     TORCH_CHECK(
@@ -220,6 +238,9 @@ ShmTransport::ShmTransport(
   RankControl& mine = control(rank_);
   mine.pid = static_cast<int32_t>(::getpid());
   mine.pidNamespace = pidNamespaceId();
+  const cross_memory::ProbeWord probe = cross_memory::probeWord();
+  mine.probeAddress = reinterpret_cast<uint64_t>(probe.address);
+  mine.probeValue = probe.value;
   // The last rank to map the segment removes its name: from here on nothing can leak.
   if (ctl_->mapped.fetch_add(1) + 1 == size) {
     segment_.unlink();
@@ -309,6 +330,79 @@ void* ShmTransport::writeSlot() {
 
 const void* ShmTransport::readSlot(int r) const {
   return slot(r, nextStep_ - 1);
+}
+
+bool ShmTransport::sharePointers(const void* mine, const void** all) {
+  if (peerReads_ == PeerReads::kNo) {
+    return false;
+  }
+  *static_cast<const void**>(writeSlot()) = mine;
+  exchange();
+  for (int r = 0; r < size_; ++r) {
+    all[r] = *static_cast<const void* const*>(readSlot(r));
+  }
+  if (peerReads_ == PeerReads::kUndecided) {
+    // Every rank has connected (and published its probe word) before publishing a step. One
+    // rank that cannot read one peer turns peer reads off for the whole group: an algorithm
+    // reads from every rank, so it is all or nothing.
+    *static_cast<uint8_t*>(writeSlot()) = peerReadsWanted_ && canReadAllPeers() ? 1 : 0;
+    exchange();
+    bool everyone = true;
+    for (int r = 0; r < size_; ++r) {
+      everyone = everyone && *static_cast<const uint8_t*>(readSlot(r)) != 0;
+    }
+    peerReads_ = everyone ? PeerReads::kYes : PeerReads::kNo;
+  }
+  return peerReads_ == PeerReads::kYes;
+}
+
+bool ShmTransport::canReadAllPeers() const {
+  const RankControl& mine = control(rank_);
+  for (int r = 0; r < size_; ++r) {
+    const RankControl& peer = control(r);
+    if (r == rank_) {
+      continue;
+    }
+    // A pid from another pid namespace names some other process here, or none.
+    if (peer.pid <= 0 || peer.pidNamespace == 0 || peer.pidNamespace != mine.pidNamespace) {
+      return false;
+    }
+    uint64_t value = 0;
+    if (cross_memory::read(
+            peer.pid, &value, reinterpret_cast<const void*>(peer.probeAddress), sizeof(value)) !=
+            0 ||
+        value != peer.probeValue) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string ShmTransport::peerReadsState() const {
+  switch (peerReads_.load(std::memory_order_relaxed)) {
+    case PeerReads::kYes:
+      return "on";
+    case PeerReads::kNo:
+      return "off";
+    default:
+      return "undecided";
+  }
+}
+
+void ShmTransport::readPeer(int r, void* local, const void* remote, size_t bytes) {
+  const int32_t pid = control(r).pid;
+  const int error = cross_memory::read(pid, local, remote, bytes);
+  if (error == 0) {
+    return;
+  }
+  // ESRCH: the process is gone, though /proc may not show it dead yet.
+  std::string problem =
+      error == ESRCH ? c10::str("rank ", r, " (pid ", pid, ") has died") : peerProblem(r);
+  fail(
+      problem.empty() ? c10::str(
+                            "reading ", bytes, " bytes of rank ", r, "'s tensor (pid ", pid,
+                            ") failed: ", std::strerror(error), "; the group is unusable")
+                      : problem + "; the group is unusable");
 }
 
 void ShmTransport::exchange() {

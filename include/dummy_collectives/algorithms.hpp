@@ -13,7 +13,17 @@
 // slots, and performs at least one exchange (so even empty collectives check descriptors).
 namespace dummy_collectives::algorithms {
 
-// Up to oneShotMaxBytes: every rank reduces every slot (one exchange). Larger: per slot-sized
+// Where allreduce changes algorithm (BackendOptions; every rank of a group uses the same).
+struct AllreducePlan {
+  size_t oneShotMaxBytes;
+  size_t peerReadMinBytes; // peer reads from here...
+  size_t peerReadMaxBytes; // ...to here, where the transport has them
+};
+
+// Up to oneShotMaxBytes: every rank reduces every slot (one exchange). From peerReadMinBytes to
+// peerReadMaxBytes, where the transport lets ranks read each other's memory: rank r reads part r of every peer's
+// tensor straight from the peer, folds it into its own, then reads the other reduced parts from
+// their owners (three exchanges in all, one copy per byte moved). Otherwise, per slot-sized
 // chunk, rank r reduces part r of all slots (reduce-scatter), then all copy every part out
 // (all-gather), two exchanges per chunk, pipelined through the double-buffered slots.
 // Large messages split each rank's copies and folds over `workers`.
@@ -21,7 +31,7 @@ void allreduce(
     Transport& t,
     at::Tensor& data,
     const ReduceSpec& spec,
-    size_t oneShotMaxBytes,
+    const AllreducePlan& plan,
     WorkerPool& workers);
 
 // Like allreduce, but only `root` receives the result; other ranks' tensors are left unchanged.

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <dummy_collectives/algorithms.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 #include <dummy_collectives/options.hpp>
 #include <dummy_collectives/transport.hpp>
@@ -144,6 +145,9 @@ class DummyBackend final : public c10d::Backend {
   Mode mode() const {
     return options_->mode;
   }
+  // Whether large allreduces read peers' memory directly: "on", "off", or "undecided" until
+  // the group's first allreduce in the peer-read window (BackendOptions::peerReads).
+  std::string peerReads() const;
 
  private:
   // How a collective was issued: its timeout, and whether the caller waits for it at once
@@ -205,6 +209,7 @@ class DummyBackend final : public c10d::Backend {
       int reduceOp = -1,
       int count = 1);
   void requireReal(const char* collective) const;
+  algorithms::AllreducePlan allreducePlan() const;
   // What the built-in backends record for profilers and trace tools (record_param_comms).
   // `rank` is this rank for collectives and the peer for point-to-point, as NCCL records it.
   void recordParamComms(

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -47,6 +49,14 @@ struct WaitPolicy {
   WaitPhase phase(Clock::duration waited) const;
 };
 
+// A value every rank of a group must share, such as a threshold that picks the algorithm (ranks
+// that picked different algorithms would exchange different steps). Checked at connect: a rank
+// whose value differs from rank 0's raises a ValueError naming `what`.
+struct GroupSetting {
+  std::string what;
+  uint64_t value;
+};
+
 // The CPU transport: one shared-memory segment per process group. Rank 0 creates it and
 // publishes its name through the group's Store; once every rank has mapped it, the last one
 // to map removes the name.
@@ -57,7 +67,9 @@ class ShmTransport final : public Transport {
       int rank,
       int size,
       size_t slotBytes,
-      WaitPolicy policy);
+      WaitPolicy policy,
+      int peerReads, // BackendOptions::peerReads
+      std::vector<GroupSetting> settings);
   ~ShmTransport() override;
 
   int rank() const override {
@@ -74,11 +86,15 @@ class ShmTransport final : public Transport {
   void* writeSlot() override;
   void exchange() override;
   const void* readSlot(int r) const override;
+  bool sharePointers(const void* mine, const void** all) override;
+  void readPeer(int r, void* local, const void* remote, size_t bytes) override;
   void waitUntil(const std::function<bool()>& ready, const std::string& what) override;
   void abort(const std::string& reason) override;
 
   // The ring carrying point-to-point messages from rank `src` to rank `dst`.
   P2pChannel channel(int src, int dst) const;
+  // "on", "off" or "undecided" (see sharePointers); any thread may ask.
+  std::string peerReadsState() const;
   // Why rank r can no longer take part (it died, or the group was aborted); empty if it can.
   std::string peerProblem(int r) const;
 
@@ -104,6 +120,8 @@ class ShmTransport final : public Transport {
   template <typename Ready, typename Check, typename Sleep>
   void waitFor(WaitClock& clock, Ready&& ready, Check&& check, Sleep&& sleep);
   void checkPeers(uint64_t step);
+  // Whether this rank can read every peer's memory (run once every rank has connected).
+  bool canReadAllPeers() const;
   void checkDescriptors(uint64_t step) const;
   [[noreturn]] void fail(const std::string& what);
   [[noreturn]] void failTimedOut(const std::string& waitingFor);
@@ -116,6 +134,12 @@ class ShmTransport final : public Transport {
   ShmSegment segment_;
   ControlBlock* ctl_ = nullptr;
   std::byte* data_ = nullptr;
+
+  // Whether the ranks read each other's memory for large transfers: asked for (by the option,
+  // on this rank), then decided by the group on first use, alike on every rank.
+  enum class PeerReads : uint8_t { kUndecided, kYes, kNo };
+  bool peerReadsWanted_;
+  std::atomic<PeerReads> peerReads_{PeerReads::kUndecided};
 
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
   uint64_t opFirstStep_ = 0;

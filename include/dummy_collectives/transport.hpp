@@ -38,6 +38,19 @@ class Transport {
   // Rank r's slot for the step exchange() last completed.
   virtual const void* readSlot(int r) const = 0;
 
+  // Single-copy transfers for large messages (see cross_memory.hpp). Publishes `mine`, an
+  // address in this process, with one exchange and fills all[0 .. size()) with every rank's
+  // (all[rank()] == mine). Returns false, alike on every rank, where the ranks cannot all read
+  // each other's memory: the first call decides that for the group (probing every pair costs
+  // one more exchange), and later calls that return false exchange nothing.
+  // A peer's memory is valid only while that peer is inside the collective: an algorithm that
+  // reads it ends with an exchange after its last read.
+  virtual bool sharePointers(const void* mine, const void** all) = 0;
+
+  // Copies `bytes` at `remote`, an address rank r shared, to `local`: one copy, by the kernel.
+  // Raises, and aborts the group, if the read fails (the peer died, say). Any thread may call it.
+  virtual void readPeer(int r, void* local, const void* remote, size_t bytes) = 0;
+
   // Waits, as exchange() waits for peers, until `ready()` holds (it is polled): for what the
   // transport cannot see itself, such as a peer's GPU work (see cuda/ipc_transport.hpp). Raises
   // like exchange() on abort, a dead peer or past the deadline; `what` names what was awaited.

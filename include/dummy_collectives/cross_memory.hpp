@@ -1,0 +1,30 @@
+#pragma once
+
+// Single-copy reads of another process's private memory: Linux cross memory attach
+// (process_vm_readv). The kernel copies straight from the peer's pages, so a collective can read
+// a peer's tensor where it lies instead of having the peer copy it into shared memory first: one
+// copy per byte instead of two, and no shared-memory slot in between.
+//
+// Whether it works depends on the host, not on us: the reader needs ptrace access to the peer
+// (same user, Yama's ptrace_scope 0, no seccomp filter refusing the call, the same pid
+// namespace). A group probes every pair before using it (see ShmTransport).
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dummy_collectives::cross_memory {
+
+// Copies `bytes` from address `remote` in process `pid` to `local`. Returns 0, or the errno of
+// the failed call (ESRCH: the process is gone; EPERM: not allowed; EFAULT: a bad address).
+int read(int32_t pid, void* local, const void* remote, size_t bytes);
+
+// A word in this process whose value is random and fixed for the process's life. A peer that
+// reads it through read() and finds the value published beside its address knows that it can
+// read this process, and that the pid it used names this process and not another one.
+struct ProbeWord {
+  const uint64_t* address;
+  uint64_t value;
+};
+ProbeWord probeWord();
+
+} // namespace dummy_collectives::cross_memory
