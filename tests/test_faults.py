@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,8 @@ import pytest
 import support
 import torch
 import torch.distributed as dist
+
+import dummy_collectives
 
 pytestmark = [support.requires_dummy, support.requires_backend_module]
 
@@ -101,6 +104,47 @@ def test_dead_peer_fails_survivors_promptly(mode: str) -> None:
         for step in ("entering", "entering_again"):
             took = survivor.value[step]["end"] - survivor.value[step]["start"]
             assert took < DETECT_WITHIN_S, f"rank {survivor.rank}: {step} took {took:.2f} s"
+    assert not job.leftover_shm, report
+
+
+def dead_peer_during_peer_reads() -> dict[str, Any]:
+    """Three ranks stream allreduces that read each other's tensors (cross memory attach);
+    rank 2 is SIGKILLed from a timer thread mid-stream, most likely inside such a read."""
+    rank = faultjob.rank()
+    options = dummy_collectives.Options(
+        peer_reads=1, peer_read_min_bytes=2**20, peer_read_max_bytes=2**26
+    )
+    group = dist.new_group(backend="dummy", pg_options=options)
+    t = torch.ones(2**21)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)  # the group decides on peer reads
+    state = group._get_backend(torch.device("cpu")).peer_reads
+    dist.barrier()
+    if rank == VICTIM and state == "on":
+        threading.Timer(0.3, die, args=("sigkill",)).start()
+
+    def stream() -> None:
+        for _ in range(1000 if state == "off" else 10**6):
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+
+    return {"state": state, "blocked": attempt(stream)}
+
+
+@pytest.mark.slow
+def test_dead_peer_during_peer_reads_fails_survivors_promptly() -> None:
+    job = faultjob.run_job(3, dead_peer_during_peer_reads, timeout_s=90, pg_timeout_s=60)
+    report = job.report()
+    if job[0].returned and job[0].value["state"] == "off":
+        pytest.skip("ranks cannot read each other's memory on this host (process_vm_readv)")
+    victim = job[VICTIM]
+    assert victim.exitcode == -signal.SIGKILL and victim.ended_at is not None, report
+    pattern = re.compile(rf"rank {VICTIM} \(pid {victim.pid}\) has died")
+    for survivor in job.ranks[:VICTIM]:
+        assert survivor.returned and survivor.exitcode == 0, report
+        blocked = survivor.value["blocked"]
+        assert blocked["runtime_error"], f"rank {survivor.rank}: {blocked['error']}\n{report}"
+        assert pattern.search(blocked["error"]), f"rank {survivor.rank}: {blocked['error']}"
+        latency = blocked["end"] - victim.ended_at
+        assert latency < DETECT_WITHIN_S, f"rank {survivor.rank}: raised {latency:.2f} s late"
     assert not job.leftover_shm, report
 
 

@@ -1,0 +1,141 @@
+"""Large allreduces that read the peers' tensors directly (cross memory attach).
+
+The groups here force peer reads on (``peer_reads=1``, so they also run where
+ranks outnumber cores) with a window that starts just past the one-shot size.
+Every result is checked against the exact reference and, bit for bit, against
+the slot path (a second group with ``peer_reads=0``) in the same processes.
+Where the host forbids one process to read another's memory (Yama's
+ptrace_scope >= 1, a seccomp filter), the group must say ``off`` on every rank
+and still give correct results; the tests that need the path then skip and
+say why.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import support
+import torch
+import torch.distributed as dist
+from support import BIG_DTYPES, OPS, dtype_id, invalid_reason, make_op, rank_input, reference
+
+import dummy_collectives
+
+# Just past the one-shot algorithm (64 KiB), up to a few MiB.
+WINDOW = {"peer_read_min_bytes": 64 * 1024 + 1, "peer_read_max_bytes": 8 * 2**20}
+# Odd element counts: parts of unequal length and tails shorter than a vector.
+SIZES = ((64 * 1024 + 4093,), (2**20 + 7,))
+
+pytestmark = support.requires_dummy
+
+
+def _group(peer_reads: int, **options: int) -> dist.ProcessGroup:
+    return dist.new_group(
+        backend="dummy",
+        pg_options=dummy_collectives.Options(peer_reads=peer_reads, **options),
+    )
+
+
+def _peer_reads_state(group: dist.ProcessGroup) -> str:
+    state: str = group._get_backend(torch.device("cpu")).peer_reads
+    return state
+
+
+def check_peer_read_allreduce() -> dict[str, object]:
+    """Every valid (dtype, op) at odd sizes: reference and slot path agree."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    failures: list[str] = []
+    direct = _group(1, **WINDOW)
+    slots = _group(0, **WINDOW)
+    before = _peer_reads_state(direct)
+    checked = 0
+    for dtype in (*BIG_DTYPES, torch.float16):
+        for op_index, op in enumerate(OPS):
+            if invalid_reason(dtype, op) is not None:
+                continue
+            for shape in SIZES:
+                what = f"allreduce {op} {dtype_id(dtype)}{list(shape)} ws={ws}"
+                inputs = [rank_input(r, shape, dtype, seed=op_index) for r in range(ws)]
+                tensor = inputs[rank].clone()
+                dist.all_reduce(tensor, op=make_op(op), group=direct)
+                via_slots = inputs[rank].clone()
+                dist.all_reduce(via_slots, op=make_op(op), group=slots)
+                support.check_reduced(failures, what, op, tensor, reference(dtype, op, inputs))
+                support.check_equal(failures, f"{what} vs the slot path", tensor, via_slots)
+                checked += 1
+    after = _peer_reads_state(direct)
+    support.check_group_usable(failures, "peer-read group afterwards", direct)
+    states = [None] * ws
+    dist.all_gather_object(states, (before, after, _peer_reads_state(slots)))
+    for group in (direct, slots):
+        dist.destroy_process_group(group)
+    return {"failures": failures, "checked": checked, "states": states}
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_peer_read_allreduce_matches_reference_and_slots(
+    pool: support.PoolFactory, world_size: int
+) -> None:
+    summaries = pool(world_size).run_ok(check_peer_read_allreduce)
+    support.assert_no_failures([s["failures"] for s in summaries])
+    states = summaries[0]["states"]
+    assert all(s[0] == "undecided" for s in states), states
+    afters = {s[1] for s in states}
+    assert len(afters) == 1 and afters <= {"on", "off"}, f"ranks disagree: {states}"
+    # Its ranks all declined: the group decided against on its first allreduce.
+    assert all(s[2] == "off" for s in states), states
+    assert summaries[0]["checked"] > 0
+    if afters == {"off"}:
+        pytest.skip("ranks cannot read each other's memory on this host (process_vm_readv)")
+
+
+def check_one_rank_declines() -> dict[str, object]:
+    """Rank 1 turns peer reads off: every rank falls back, results stay exact."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    failures: list[str] = []
+    group = _group(0 if rank == 1 else 1, **WINDOW)
+    shape = SIZES[1]
+    for step in range(2):  # the first decides; the second runs as decided
+        inputs = [rank_input(r, shape, torch.float32, seed=step) for r in range(ws)]
+        tensor = inputs[rank].clone()
+        dist.all_reduce(tensor, group=group)
+        expected = reference(torch.float32, "SUM", inputs)
+        support.check_reduced(failures, f"allreduce #{step}", "SUM", tensor, expected)
+    states = [None] * ws
+    dist.all_gather_object(states, _peer_reads_state(group))
+    dist.destroy_process_group(group)
+    return {"failures": failures, "states": states}
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_peer_reads_are_all_or_none(pool: support.PoolFactory, world_size: int) -> None:
+    summaries = pool(world_size).run_ok(check_one_rank_declines)
+    support.assert_no_failures([s["failures"] for s in summaries])
+    assert summaries[0]["states"] == ["off"] * world_size
+
+
+def check_window_disagreement() -> str:
+    """A backend whose peer-read window differs from rank 0's refuses to start."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    store = dist.PrefixStore("window-disagreement", dist.distributed_c10d._get_default_store())
+    options = dummy_collectives.Options(peer_read_min_bytes=2**20 * (2 if rank == 1 else 1))
+    try:
+        backend = dummy_collectives.DummyBackend(store, rank, ws, timedelta(seconds=30), options)
+    except ValueError as exc:
+        return f"ValueError: {exc}"
+    del backend
+    return "created"
+
+
+def test_ranks_must_agree_on_the_peer_read_window(pool: support.PoolFactory) -> None:
+    outcomes = pool(2).run_ok(check_window_disagreement)
+    assert outcomes[0] == "created"
+    assert "peer_read_min_bytes" in outcomes[1] and "rank 1 uses 2097152" in outcomes[1], outcomes
+    assert "rank 0 uses 1048576" in outcomes[1], outcomes
+
+
+def test_options_reject_a_bad_peer_reads_value() -> None:
+    with pytest.raises(ValueError, match="peer_reads"):
+        dummy_collectives.Options(peer_reads=2)
+    assert dummy_collectives.Options(peer_reads=0).peer_reads == 0
