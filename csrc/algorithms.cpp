@@ -290,8 +290,7 @@ void allreduce(
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
   // Every rank decides alike: the sizes match (the descriptor check) and so do the thresholds
   // and the slot size (checked at connect).
-  if (t.size() > 1 && bytes >= plan.peerReadMinBytes && bytes <= plan.peerReadMaxBytes &&
-      bytes > plan.oneShotMaxBytes &&
+  if (t.size() > 1 && plan.peerReads.covers(bytes) && bytes > plan.oneShotMaxBytes &&
       t.slotBytes() >= static_cast<size_t>(t.size() - 1) * 4096 &&
       allreduceByPeerReads(t, data, spec, workers)) {
     return;
@@ -311,12 +310,67 @@ void reduce(
 
 namespace {
 
+// Whether a collective of `bytes` (per rank, received) reads the peers directly. All ranks decide
+// alike: sizes match (the descriptor check), the window is checked at connect.
+bool usePeerReads(const Transport& t, size_t bytes, const PeerReadWindow& window) {
+  return t.size() > 1 && bytes > 0 && window.covers(bytes);
+}
+
+// Runs fn(r, offset, length) for every rank r whose data [offset, offset + length) of `bytes`
+// this rank copies, the whole of bytes * ranks split evenly over the workers (if any).
+template <typename Fn>
+void forEachRankRange(WorkerPool* workers, int ranks, size_t bytes, Fn&& fn) {
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int r = 0; r < ranks; ++r) {
+      const auto a = std::max<int64_t>(lo, static_cast<int64_t>(r * bytes));
+      const auto b = std::min<int64_t>(hi, static_cast<int64_t>((r + 1) * bytes));
+      if (b > a) {
+        fn(r, static_cast<size_t>(a) - r * bytes, static_cast<size_t>(b - a));
+      }
+    }
+  };
+  const auto total = static_cast<int64_t>(bytes * ranks);
+  if (workers == nullptr) {
+    run(0, total);
+    return;
+  }
+  parallelRange(*workers, total, 1, [&](int, int64_t lo, int64_t hi) { run(lo, hi); });
+}
+
+// Copies `length` bytes unless source and destination are the same (an in-place gather, whose
+// input is this rank's part of the output).
+void copyUnlessSame(std::byte* to, const std::byte* from, size_t length) {
+  if (to != from && length > 0) {
+    std::memmove(to, from, length);
+  }
+}
+
 // Every rank's input to `destination(r)` on the ranks where `receives` is true.
 template <typename Destination>
-void gatherInto(Transport& t, const at::Tensor& input, bool receives, Destination destination) {
+void gatherInto(
+    Transport& t,
+    const at::Tensor& input,
+    bool receives,
+    Destination destination,
+    const PeerReadWindow& window,
+    WorkerPool* workers) {
   const size_t es = input.element_size();
   const size_t bytes = static_cast<size_t>(input.numel()) * es;
   const std::byte* in = bytesOf(input);
+  Pointers peers(t.size());
+  if (usePeerReads(t, bytes * t.size(), window) && t.sharePointers(in, peers.data())) {
+    if (receives) {
+      forEachRankRange(workers, t.size(), bytes, [&](int r, size_t offset, size_t length) {
+        if (r == t.rank()) {
+          copyUnlessSame(destination(r) + offset, in + offset, length);
+        } else {
+          t.readPeer(r, destination(r) + offset, static_cast<const std::byte*>(peers[r]) + offset, length);
+        }
+      });
+    }
+    t.exchange(); // peers may still be reading our input
+    return;
+  }
   streamChunks(
       t,
       bytes,
@@ -329,25 +383,51 @@ void gatherInto(Transport& t, const at::Tensor& input, bool receives, Destinatio
       [&](int r, size_t offset, const void* from, size_t length) {
         if (receives && length > 0) {
           // Our own part comes from our input: it is already in cache.
-          std::memcpy(destination(r) + offset, r == t.rank() ? in + offset : from, length);
+          copyUnlessSame(
+              destination(r) + offset,
+              r == t.rank() ? in + offset : static_cast<const std::byte*>(from),
+              length);
         }
       });
 }
 
 } // namespace
 
-void allgather(Transport& t, const at::Tensor& input, std::vector<at::Tensor>& outputs) {
-  gatherInto(t, input, true, [&](int r) { return bytesOf(outputs[r]); });
+void allgather(
+    Transport& t,
+    const at::Tensor& input,
+    std::vector<at::Tensor>& outputs,
+    const PeerReadWindow& window,
+    WorkerPool* workers) {
+  gatherInto(t, input, true, [&](int r) { return bytesOf(outputs[r]); }, window, workers);
 }
 
-void gather(Transport& t, const at::Tensor& input, std::vector<at::Tensor>& outputs, int root) {
-  gatherInto(t, input, t.rank() == root, [&](int r) { return bytesOf(outputs[r]); });
+void gather(
+    Transport& t,
+    const at::Tensor& input,
+    std::vector<at::Tensor>& outputs,
+    int root,
+    const PeerReadWindow& window,
+    WorkerPool* workers) {
+  gatherInto(
+      t, input, t.rank() == root, [&](int r) { return bytesOf(outputs[r]); }, window, workers);
 }
 
-void allgatherInto(Transport& t, const at::Tensor& input, at::Tensor& output) {
+void allgatherInto(
+    Transport& t,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const PeerReadWindow& window,
+    WorkerPool* workers) {
   const size_t bytes = static_cast<size_t>(input.numel()) * input.element_size();
   std::byte* out = bytesOf(output);
-  gatherInto(t, input, true, [&](int r) { return out + static_cast<size_t>(r) * bytes; });
+  gatherInto(
+      t,
+      input,
+      true,
+      [&](int r) { return out + static_cast<size_t>(r) * bytes; },
+      window,
+      workers);
 }
 
 at::Tensor allreduceSparse(Transport& t, const at::Tensor& input) {

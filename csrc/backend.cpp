@@ -484,8 +484,12 @@ std::string DummyBackend::peerReads() const {
   return transport_ ? transport_->peerReadsState() : "off";
 }
 
+algorithms::PeerReadWindow DummyBackend::peerReadWindow() const {
+  return {options_->peerReadMinBytes, options_->peerReadMaxBytes};
+}
+
 algorithms::AllreducePlan DummyBackend::allreducePlan() const {
-  return {options_->oneShotMaxBytes, options_->peerReadMinBytes, options_->peerReadMaxBytes};
+  return {options_->oneShotMaxBytes, peerReadWindow()};
 }
 
 void DummyBackend::recordParamComms(
@@ -678,13 +682,13 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
       inputTensors,
       outputs,
       issued(opts),
-      [in, outs](Transport& t) {
+      [in, outs, window = peerReadWindow(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hostOutputs;
         hostOutputs.reserve(outs->size());
         for (auto& out : *outs) {
           hostOutputs.push_back(out.acquire(/*copyIn=*/false));
         }
-        algorithms::allgather(t, in->acquire(/*copyIn=*/true), hostOutputs);
+        algorithms::allgather(t, in->acquire(/*copyIn=*/true), hostOutputs, window, workers.get());
         in->release(/*copyOut=*/false);
         for (auto& out : *outs) {
           out.release(/*copyOut=*/true);
@@ -725,9 +729,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
       {inputBuffer},
       {outputBuffer},
       issued(opts),
-      [in, out](Transport& t) {
+      [in, out, window = peerReadWindow(), workers = workers_](Transport& t) {
         at::Tensor& hostOut = out->acquire(/*copyIn=*/false);
-        algorithms::allgatherInto(t, in->acquire(/*copyIn=*/true), hostOut);
+        algorithms::allgatherInto(t, in->acquire(/*copyIn=*/true), hostOut, window, workers.get());
         in->release(/*copyOut=*/false);
         out->release(/*copyOut=*/true);
       });
@@ -993,7 +997,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
       inputTensors,
       flatten(outputTensorLists),
       issued(opts),
-      [in, out, ws, count](Transport& t) {
+      [in, out, ws, count, window = peerReadWindow(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
         for (size_t i = 0; i < count; ++i) {
@@ -1001,7 +1005,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
           for (int r = 0; r < ws; ++r) {
             perRank.push_back(hostOut[r * count + i]);
           }
-          algorithms::allgather(t, hostIn[i], perRank);
+          algorithms::allgather(t, hostIn[i], perRank, window, workers.get());
         }
         in->release(/*copyOut=*/false);
         out->release(/*copyOut=*/true);
@@ -1042,11 +1046,11 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
       inputs,
       outputs,
       issued(opts),
-      [in, out](Transport& t) {
+      [in, out, window = peerReadWindow(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
         for (size_t i = 0; i < hostIn.size(); ++i) {
-          algorithms::allgatherInto(t, hostIn[i], hostOut[i]);
+          algorithms::allgatherInto(t, hostIn[i], hostOut[i], window, workers.get());
         }
         in->release(/*copyOut=*/false);
         out->release(/*copyOut=*/true);
@@ -1075,9 +1079,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
       inputTensors,
       outputs,
       issued(opts),
-      [in, out, root](Transport& t) {
+      [in, out, root, window = peerReadWindow(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
-        algorithms::gather(t, in->acquire(/*copyIn=*/true), hostOut, root);
+        algorithms::gather(t, in->acquire(/*copyIn=*/true), hostOut, root, window, workers.get());
         in->release(/*copyOut=*/false);
         out->release(/*copyOut=*/true);
       });

@@ -1,4 +1,4 @@
-"""Large allreduces that read the peers' tensors directly (cross memory attach).
+"""Large allreduces and gathers that read the peers' tensors directly (cross memory attach).
 
 The groups here force peer reads on (``peer_reads=1``, so they also run where
 ranks outnumber cores) with a window that starts just past the one-shot size.
@@ -40,6 +40,19 @@ def _group(peer_reads: int, **options: int) -> dist.ProcessGroup:
 def _peer_reads_state(group: dist.ProcessGroup) -> str:
     state: str = group._get_backend(torch.device("cpu")).peer_reads
     return state
+
+
+def _finish(group: dist.ProcessGroup, failures: list[str]) -> dict[str, object]:
+    """Every rank's peer-read state of ``group`` (which is then destroyed), with the failures."""
+    states = [None] * dist.get_world_size()
+    dist.all_gather_object(states, _peer_reads_state(group))
+    dist.destroy_process_group(group)
+    return {"failures": failures, "states": states}
+
+
+def _skip_if_off(state: str) -> None:
+    if state == "off":
+        pytest.skip("ranks cannot read each other's memory on this host (process_vm_readv)")
 
 
 def check_peer_read_allreduce() -> dict[str, object]:
@@ -86,8 +99,49 @@ def test_peer_read_allreduce_matches_reference_and_slots(
     # Its ranks all declined: the group decided against on its first allreduce.
     assert all(s[2] == "off" for s in states), states
     assert summaries[0]["checked"] > 0
-    if afters == {"off"}:
-        pytest.skip("ranks cannot read each other's memory on this host (process_vm_readv)")
+    _skip_if_off(afters.pop())
+
+
+def check_peer_read_gathers() -> dict[str, object]:
+    """all_gather, all_gather_into_tensor (also in place, as FSDP2 calls it) and gather."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    failures: list[str] = []
+    direct = _group(1, **WINDOW)
+    for dtype in (torch.float32, torch.bfloat16):
+        shape = (2**19 + 3,)  # 2 MiB of float32: ws * that is in the window
+        inputs = [rank_input(r, shape, dtype) for r in range(ws)]
+        expected = torch.cat(inputs)
+        what = f"{dtype_id(dtype)}{list(shape)} ws={ws}"
+
+        outputs = [torch.empty_like(inputs[rank]) for _ in range(ws)]
+        dist.all_gather(outputs, inputs[rank], group=direct)
+        support.check_equal(failures, f"all_gather {what}", torch.cat(outputs), expected)
+
+        output = torch.empty_like(expected)
+        dist.all_gather_into_tensor(output, inputs[rank], group=direct)
+        support.check_equal(failures, f"all_gather_into_tensor {what}", output, expected)
+
+        output = torch.zeros_like(expected)
+        mine = output.narrow(0, rank * shape[0], shape[0])
+        mine.copy_(inputs[rank])
+        dist.all_gather_into_tensor(output, mine, group=direct)
+        support.check_equal(failures, f"in-place all_gather_into_tensor {what}", output, expected)
+
+        root = ws - 1
+        gathered = [torch.zeros_like(inputs[rank]) for _ in range(ws)] if rank == root else None
+        dist.gather(inputs[rank], gathered, dst=root, group=direct)
+        if gathered is not None:
+            support.check_equal(failures, f"gather {what}", torch.cat(gathered), expected)
+    return _finish(direct, failures)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_peer_read_gathers_match_the_inputs(pool: support.PoolFactory, world_size: int) -> None:
+    summaries = pool(world_size).run_ok(check_peer_read_gathers)
+    support.assert_no_failures([s["failures"] for s in summaries])
+    states = set(summaries[0]["states"])
+    assert len(states) == 1 and states <= {"on", "off"}, summaries[0]["states"]
+    _skip_if_off(states.pop())
 
 
 def check_one_rank_declines() -> dict[str, object]:
@@ -102,10 +156,7 @@ def check_one_rank_declines() -> dict[str, object]:
         dist.all_reduce(tensor, group=group)
         expected = reference(torch.float32, "SUM", inputs)
         support.check_reduced(failures, f"allreduce #{step}", "SUM", tensor, expected)
-    states = [None] * ws
-    dist.all_gather_object(states, _peer_reads_state(group))
-    dist.destroy_process_group(group)
-    return {"failures": failures, "states": states}
+    return _finish(group, failures)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])

@@ -209,6 +209,7 @@ class DummyBackend final : public c10d::Backend {
       int reduceOp = -1,
       int count = 1);
   void requireReal(const char* collective) const;
+  algorithms::PeerReadWindow peerReadWindow() const;
   algorithms::AllreducePlan allreducePlan() const;
   // What the built-in backends record for profilers and trace tools (record_param_comms).
   // `rank` is this rank for collectives and the peer for point-to-point, as NCCL records it.

@@ -29,12 +29,13 @@ struct BackendOptions : c10d::Backend::Options {
   // Allreduces up to this many bytes use the one-shot algorithm (every rank reduces every slot);
   // larger ones reduce-scatter then all-gather through the slots.
   size_t oneShotMaxBytes = size_t{64} << 10;
-  // Allreduces from peerReadMinBytes to peerReadMaxBytes read the peers' tensors straight from
-  // their memory (cross memory attach: one copy per byte instead of two through the slots) where
-  // every rank can read every other's; elsewhere, or off, they go through the slots. Below the
-  // window the slots are as fast (2 ranks, 2 MiB); above it the data no longer stays in cache,
-  // and the slots' pipeline, whose chunks a peer reads while they are still in cache, wins
-  // (64 MiB on the 2-core machine). 1: on; 0: off; -1: on where the ranks have a core each
+  // Allreduces and gathers (all-gather, gather) of peerReadMinBytes to peerReadMaxBytes (the
+  // tensor a rank ends up with) read the peers' tensors straight from their memory (cross memory
+  // attach: one copy per byte instead of two through the slots) where every rank can read every
+  // other's; elsewhere, or off, they go through the slots. Below the window the slots are as
+  // fast (allreduce, 2 ranks, 2 MiB); above it the data no longer stays in cache, and the slots'
+  // pipeline, whose chunks a peer reads while they are still in cache, wins (allreduce, 64 MiB
+  // on the 2-core machine). 1: on; 0: off; -1: on where the ranks have a core each
   // (oversubscribed, 4 ranks on 2 cores measured no faster from 4 to 16 MiB, slower elsewhere).
   int peerReads = -1;
   size_t peerReadMinBytes = size_t{4} << 20;
