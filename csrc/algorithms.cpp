@@ -364,7 +364,8 @@ void gatherInto(
         if (r == t.rank()) {
           copyUnlessSame(destination(r) + offset, in + offset, length);
         } else {
-          t.readPeer(r, destination(r) + offset, static_cast<const std::byte*>(peers[r]) + offset, length);
+          const auto* from = static_cast<const std::byte*>(peers[r]);
+          t.readPeer(r, destination(r) + offset, from + offset, length);
         }
       });
     }
