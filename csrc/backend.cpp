@@ -281,14 +281,14 @@ DummyBackend::DummyBackend(
         size,
         options_->bufferBytes,
         WaitPolicy::forGroup(size, options_->spinMicros),
-        options_->peerReads,
+        options_->peerAccess,
         std::vector<GroupSetting>{
             {"one_shot_max_bytes (DUMMY_COLLECTIVES_ONE_SHOT_MAX_BYTES)",
              options_->oneShotMaxBytes},
-            {"peer_read_min_bytes (DUMMY_COLLECTIVES_PEER_READ_MIN_BYTES)",
-             options_->peerReadMinBytes},
-            {"peer_read_max_bytes (DUMMY_COLLECTIVES_PEER_READ_MAX_BYTES)",
-             options_->peerReadMaxBytes}});
+            {"peer_access_min_bytes (DUMMY_COLLECTIVES_PEER_ACCESS_MIN_BYTES)",
+             options_->peerAccessMinBytes},
+            {"peer_access_max_bytes (DUMMY_COLLECTIVES_PEER_ACCESS_MAX_BYTES)",
+             options_->peerAccessMaxBytes}});
     workers_ = std::make_shared<WorkerPool>(
         options_->threads > 0 ? options_->threads : WorkerPool::defaultThreads(size));
     p2p_ = std::make_shared<P2pEngine>(transport_, options_->timeout);
@@ -480,16 +480,16 @@ void DummyBackend::requireReal(const char* collective) const {
   TORCH_CHECK(mode() == Mode::kReal, "dummy ", collective, zeroModeUnsupported);
 }
 
-std::string DummyBackend::peerReads() const {
-  return transport_ ? transport_->peerReadsState() : "off";
+std::string DummyBackend::peerAccess() const {
+  return transport_ ? transport_->peerAccessState() : "off";
 }
 
-algorithms::PeerReadWindow DummyBackend::peerReadWindow() const {
-  return {options_->peerReadMinBytes, options_->peerReadMaxBytes};
+algorithms::PeerAccessWindow DummyBackend::peerAccessWindow() const {
+  return {options_->peerAccessMinBytes, options_->peerAccessMaxBytes};
 }
 
 algorithms::AllreducePlan DummyBackend::allreducePlan() const {
-  return {options_->oneShotMaxBytes, peerReadWindow()};
+  return {options_->oneShotMaxBytes, peerAccessWindow()};
 }
 
 void DummyBackend::recordParamComms(
@@ -682,7 +682,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
       inputTensors,
       outputs,
       issued(opts),
-      [in, outs, window = peerReadWindow(), workers = workers_](Transport& t) {
+      [in, outs, window = peerAccessWindow(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hostOutputs;
         hostOutputs.reserve(outs->size());
         for (auto& out : *outs) {
@@ -729,7 +729,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
       {inputBuffer},
       {outputBuffer},
       issued(opts),
-      [in, out, window = peerReadWindow(), workers = workers_](Transport& t) {
+      [in, out, window = peerAccessWindow(), workers = workers_](Transport& t) {
         at::Tensor& hostOut = out->acquire(/*copyIn=*/false);
         algorithms::allgatherInto(t, in->acquire(/*copyIn=*/true), hostOut, window, workers.get());
         in->release(/*copyOut=*/false);
@@ -997,7 +997,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
       inputTensors,
       flatten(outputTensorLists),
       issued(opts),
-      [in, out, ws, count, window = peerReadWindow(), workers = workers_](Transport& t) {
+      [in, out, ws, count, window = peerAccessWindow(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
         for (size_t i = 0; i < count; ++i) {
@@ -1046,7 +1046,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
       inputs,
       outputs,
       issued(opts),
-      [in, out, window = peerReadWindow(), workers = workers_](Transport& t) {
+      [in, out, window = peerAccessWindow(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
         for (size_t i = 0; i < hostIn.size(); ++i) {
@@ -1079,7 +1079,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
       inputTensors,
       outputs,
       issued(opts),
-      [in, out, root, window = peerReadWindow(), workers = workers_](Transport& t) {
+      [in, out, root, window = peerAccessWindow(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
         algorithms::gather(t, in->acquire(/*copyIn=*/true), hostOut, root, window, workers.get());
         in->release(/*copyOut=*/false);

@@ -23,9 +23,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::init([](std::optional<std::string> mode,
                       std::optional<size_t> bufferBytes,
                       std::optional<size_t> oneShotMaxBytes,
-                      std::optional<int> peerReads,
-                      std::optional<size_t> peerReadMinBytes,
-                      std::optional<size_t> peerReadMaxBytes,
+                      std::optional<bool> peerAccess,
+                      std::optional<size_t> peerAccessMinBytes,
+                      std::optional<size_t> peerAccessMaxBytes,
                       std::optional<long> spinUs,
                       std::optional<int> threads,
                       std::optional<bool> cudaIpc,
@@ -42,16 +42,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             if (oneShotMaxBytes) {
               options->oneShotMaxBytes = *oneShotMaxBytes;
             }
-            if (peerReads) {
-              TORCH_CHECK_VALUE(
-                  *peerReads >= -1 && *peerReads <= 1, "peer_reads must be -1 (auto), 0 or 1");
-              options->peerReads = *peerReads;
+            if (peerAccess) {
+              options->peerAccess = *peerAccess;
             }
-            if (peerReadMinBytes) {
-              options->peerReadMinBytes = *peerReadMinBytes;
+            if (peerAccessMinBytes) {
+              options->peerAccessMinBytes = *peerAccessMinBytes;
             }
-            if (peerReadMaxBytes) {
-              options->peerReadMaxBytes = *peerReadMaxBytes;
+            if (peerAccessMaxBytes) {
+              options->peerAccessMaxBytes = *peerAccessMaxBytes;
             }
             if (spinUs) {
               options->spinMicros = *spinUs;
@@ -77,9 +75,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("mode") = py::none(),
           py::arg("buffer_bytes") = py::none(),
           py::arg("one_shot_max_bytes") = py::none(),
-          py::arg("peer_reads") = py::none(),
-          py::arg("peer_read_min_bytes") = py::none(),
-          py::arg("peer_read_max_bytes") = py::none(),
+          py::arg("peer_access") = py::none(),
+          py::arg("peer_access_min_bytes") = py::none(),
+          py::arg("peer_access_max_bytes") = py::none(),
           py::arg("spin_us") = py::none(),
           py::arg("threads") = py::none(),
           py::arg("cuda_ipc") = py::none(),
@@ -93,9 +91,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           })
       .def_readwrite("buffer_bytes", &BackendOptions::bufferBytes)
       .def_readwrite("one_shot_max_bytes", &BackendOptions::oneShotMaxBytes)
-      .def_readwrite("peer_reads", &BackendOptions::peerReads)
-      .def_readwrite("peer_read_min_bytes", &BackendOptions::peerReadMinBytes)
-      .def_readwrite("peer_read_max_bytes", &BackendOptions::peerReadMaxBytes)
+      .def_readwrite("peer_access", &BackendOptions::peerAccess)
+      .def_readwrite("peer_access_min_bytes", &BackendOptions::peerAccessMinBytes)
+      .def_readwrite("peer_access_max_bytes", &BackendOptions::peerAccessMaxBytes)
       .def_readwrite("spin_us", &BackendOptions::spinMicros)
       .def_readwrite("threads", &BackendOptions::threads)
       .def_readwrite("cuda_ipc", &BackendOptions::cudaIpc)
@@ -123,10 +121,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly(
           "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })
       .def_property_readonly(
-          "peer_reads",
-          &DummyBackend::peerReads,
-          "Whether large allreduces read the peers' tensors directly (cross memory attach): "
-          "'on', 'off', or 'undecided' until the group's first one.");
+          "peer_access",
+          &DummyBackend::peerAccess,
+          "Whether large allreduces and gathers reach the peers' tensors directly (cross memory "
+          "attach): 'on', 'off', or 'undecided' until the group's first one.");
 
   // c10d hands our Work to Python as its base type; pybind then looks up the most derived type
   // first, and a type it does not know costs a failed lookup (hashing the type's name) on every

@@ -62,15 +62,11 @@ BackendOptions::BackendOptions() : c10d::Backend::Options("dummy") {
       envInteger("DUMMY_COLLECTIVES_BUFFER_BYTES", static_cast<long long>(bufferBytes), 4096));
   oneShotMaxBytes = static_cast<size_t>(envInteger(
       "DUMMY_COLLECTIVES_ONE_SHOT_MAX_BYTES", static_cast<long long>(oneShotMaxBytes), 0));
-  peerReads = static_cast<int>(envInteger("DUMMY_COLLECTIVES_PEER_READS", peerReads, -1));
-  TORCH_CHECK_VALUE(
-      peerReads <= 1,
-      "dummy_collectives: DUMMY_COLLECTIVES_PEER_READS must be -1 (auto), 0 or 1, got ",
-      peerReads);
-  peerReadMinBytes = static_cast<size_t>(envInteger(
-      "DUMMY_COLLECTIVES_PEER_READ_MIN_BYTES", static_cast<long long>(peerReadMinBytes), 0));
-  peerReadMaxBytes = static_cast<size_t>(envInteger(
-      "DUMMY_COLLECTIVES_PEER_READ_MAX_BYTES", static_cast<long long>(peerReadMaxBytes), 0));
+  peerAccess = envInteger("DUMMY_COLLECTIVES_PEER_ACCESS", peerAccess ? 1 : 0, 0) != 0;
+  peerAccessMinBytes = static_cast<size_t>(envInteger(
+      "DUMMY_COLLECTIVES_PEER_ACCESS_MIN_BYTES", static_cast<long long>(peerAccessMinBytes), 0));
+  peerAccessMaxBytes = static_cast<size_t>(envInteger(
+      "DUMMY_COLLECTIVES_PEER_ACCESS_MAX_BYTES", static_cast<long long>(peerAccessMaxBytes), 0));
   spinMicros = static_cast<long>(envInteger("DUMMY_COLLECTIVES_SPIN_US", spinMicros, -1));
   threads = static_cast<int>(envInteger("DUMMY_COLLECTIVES_THREADS", threads, -1));
   cudaIpc = envInteger("DUMMY_COLLECTIVES_CUDA_IPC", cudaIpc ? 1 : 0, 0) != 0;

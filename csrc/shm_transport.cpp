@@ -176,13 +176,13 @@ ShmTransport::ShmTransport(
     int size,
     size_t slotBytes,
     WaitPolicy policy,
-    int peerReads,
+    bool peerAccess,
     std::vector<GroupSetting> settings)
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
       policy_(policy),
-      peerReadsWanted_(peerReads > 0 || (peerReads < 0 && size <= usableCores())) {
+      peerAccessWanted_(peerAccess) {
   const size_t bytes = segmentBytes(size, slotBytes_);
   settings.insert(
       settings.begin(),
@@ -333,7 +333,7 @@ const void* ShmTransport::readSlot(int r) const {
 }
 
 bool ShmTransport::sharePointers(const void* mine, const void** all) {
-  if (peerReads_ == PeerReads::kNo) {
+  if (peerAccess_ == PeerAccess::kNo) {
     return false;
   }
   *static_cast<const void**>(writeSlot()) = mine;
@@ -341,22 +341,22 @@ bool ShmTransport::sharePointers(const void* mine, const void** all) {
   for (int r = 0; r < size_; ++r) {
     all[r] = *static_cast<const void* const*>(readSlot(r));
   }
-  if (peerReads_ == PeerReads::kUndecided) {
+  if (peerAccess_ == PeerAccess::kUndecided) {
     // Every rank has connected (and published its probe word) before publishing a step. One
-    // rank that cannot read one peer turns peer reads off for the whole group: an algorithm
-    // reads from every rank, so it is all or nothing.
-    *static_cast<uint8_t*>(writeSlot()) = peerReadsWanted_ && canReadAllPeers() ? 1 : 0;
+    // rank that cannot reach one peer turns peer access off for the whole group: an algorithm
+    // reaches every rank, so it is all or nothing.
+    *static_cast<uint8_t*>(writeSlot()) = peerAccessWanted_ && canReachAllPeers() ? 1 : 0;
     exchange();
     bool everyone = true;
     for (int r = 0; r < size_; ++r) {
       everyone = everyone && *static_cast<const uint8_t*>(readSlot(r)) != 0;
     }
-    peerReads_ = everyone ? PeerReads::kYes : PeerReads::kNo;
+    peerAccess_ = everyone ? PeerAccess::kYes : PeerAccess::kNo;
   }
-  return peerReads_ == PeerReads::kYes;
+  return peerAccess_ == PeerAccess::kYes;
 }
 
-bool ShmTransport::canReadAllPeers() const {
+bool ShmTransport::canReachAllPeers() const {
   const RankControl& mine = control(rank_);
   for (int r = 0; r < size_; ++r) {
     const RankControl& peer = control(r);
@@ -367,22 +367,22 @@ bool ShmTransport::canReadAllPeers() const {
     if (peer.pid <= 0 || peer.pidNamespace == 0 || peer.pidNamespace != mine.pidNamespace) {
       return false;
     }
+    auto* word = reinterpret_cast<void*>(peer.probeAddress);
     uint64_t value = 0;
-    if (cross_memory::read(
-            peer.pid, &value, reinterpret_cast<const void*>(peer.probeAddress), sizeof(value)) !=
-            0 ||
-        value != peer.probeValue) {
+    if (cross_memory::read(peer.pid, &value, word, sizeof(value)) != 0 ||
+        value != peer.probeValue ||
+        cross_memory::write(peer.pid, word, &value, sizeof(value)) != 0) {
       return false;
     }
   }
   return true;
 }
 
-std::string ShmTransport::peerReadsState() const {
-  switch (peerReads_.load(std::memory_order_relaxed)) {
-    case PeerReads::kYes:
+std::string ShmTransport::peerAccessState() const {
+  switch (peerAccess_.load(std::memory_order_relaxed)) {
+    case PeerAccess::kYes:
       return "on";
-    case PeerReads::kNo:
+    case PeerAccess::kNo:
       return "off";
     default:
       return "undecided";
@@ -390,17 +390,27 @@ std::string ShmTransport::peerReadsState() const {
 }
 
 void ShmTransport::readPeer(int r, void* local, const void* remote, size_t bytes) {
-  const int32_t pid = control(r).pid;
-  const int error = cross_memory::read(pid, local, remote, bytes);
-  if (error == 0) {
-    return;
+  const int error = cross_memory::read(control(r).pid, local, remote, bytes);
+  if (error != 0) {
+    failPeerAccess(r, "reading", bytes, error);
   }
+}
+
+void ShmTransport::writePeer(int r, void* remote, const void* local, size_t bytes) {
+  const int error = cross_memory::write(control(r).pid, remote, local, bytes);
+  if (error != 0) {
+    failPeerAccess(r, "writing", bytes, error);
+  }
+}
+
+void ShmTransport::failPeerAccess(int r, const char* what, size_t bytes, int error) {
+  const int32_t pid = control(r).pid;
   // ESRCH: the process is gone, though /proc may not show it dead yet.
   std::string problem =
       error == ESRCH ? c10::str("rank ", r, " (pid ", pid, ") has died") : peerProblem(r);
   fail(
       problem.empty() ? c10::str(
-                            "reading ", bytes, " bytes of rank ", r, "'s tensor (pid ", pid,
+                            what, " ", bytes, " bytes of rank ", r, "'s tensor (pid ", pid,
                             ") failed: ", std::strerror(error), "; the group is unusable")
                       : problem + "; the group is unusable");
 }

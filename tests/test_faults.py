@@ -107,17 +107,18 @@ def test_dead_peer_fails_survivors_promptly(mode: str) -> None:
     assert not job.leftover_shm, report
 
 
-def dead_peer_during_peer_reads() -> dict[str, Any]:
-    """Three ranks stream allreduces that read each other's tensors (cross memory attach);
-    rank 2 is SIGKILLed from a timer thread mid-stream, most likely inside such a read."""
+def dead_peer_during_peer_access() -> dict[str, Any]:
+    """Three ranks stream allreduces that reach into each other's tensors (cross memory
+    attach); rank 2 is SIGKILLed from a timer thread mid-stream, most likely inside a read or
+    a write of a peer's memory."""
     rank = faultjob.rank()
     options = dummy_collectives.Options(
-        peer_reads=1, peer_read_min_bytes=2**20, peer_read_max_bytes=2**26
+        peer_access=True, peer_access_min_bytes=2**20, peer_access_max_bytes=2**26
     )
     group = dist.new_group(backend="dummy", pg_options=options)
     t = torch.ones(2**21)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)  # the group decides on peer reads
-    state = group._get_backend(torch.device("cpu")).peer_reads
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)  # the group decides on peer access
+    state = group._get_backend(torch.device("cpu")).peer_access
     dist.barrier()
     if rank == VICTIM and state == "on":
         threading.Timer(0.3, die, args=("sigkill",)).start()
@@ -130,8 +131,8 @@ def dead_peer_during_peer_reads() -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_dead_peer_during_peer_reads_fails_survivors_promptly() -> None:
-    job = faultjob.run_job(3, dead_peer_during_peer_reads, timeout_s=90, pg_timeout_s=60)
+def test_dead_peer_during_peer_access_fails_survivors_promptly() -> None:
+    job = faultjob.run_job(3, dead_peer_during_peer_access, timeout_s=90, pg_timeout_s=60)
     report = job.report()
     if job[0].returned and job[0].value["state"] == "off":
         pytest.skip("ranks cannot read each other's memory on this host (process_vm_readv)")

@@ -14,10 +14,10 @@
 // slots, and performs at least one exchange (so even empty collectives check descriptors).
 namespace dummy_collectives::algorithms {
 
-// The message sizes (bytes of the tensor a rank ends up with) at which a collective reads the
+// The message sizes (bytes of the tensor a rank ends up with) at which a collective reaches the
 // peers' memory directly (Transport::sharePointers) instead of streaming through the slots,
 // where the transport can. The default covers nothing.
-struct PeerReadWindow {
+struct PeerAccessWindow {
   size_t minBytes = SIZE_MAX;
   size_t maxBytes = 0;
   bool covers(size_t bytes) const {
@@ -28,13 +28,13 @@ struct PeerReadWindow {
 // Where allreduce changes algorithm (BackendOptions; every rank of a group uses the same).
 struct AllreducePlan {
   size_t oneShotMaxBytes;
-  PeerReadWindow peerReads;
+  PeerAccessWindow peerAccess;
 };
 
-// Up to oneShotMaxBytes: every rank reduces every slot (one exchange). In the peer-read window,
-// where the transport lets ranks read each other's memory: rank r reads part r of every peer's
-// tensor straight from the peer, folds it into its own, then reads the other reduced parts from
-// their owners (three exchanges in all, one copy per byte moved). Otherwise, per slot-sized
+// Up to oneShotMaxBytes: every rank reduces every slot (one exchange). In the peer-access window,
+// where the transport lets ranks reach each other's memory: rank r reads part r of every peer's
+// tensor straight from the peer, a cache-sized piece at a time, folds it into its own and writes
+// the result straight into every peer's tensor (two exchanges in all). Otherwise, per slot-sized
 // chunk, rank r reduces part r of all slots (reduce-scatter), then all copy every part out
 // (all-gather), two exchanges per chunk, pipelined through the double-buffered slots.
 // Large messages split each rank's copies and folds over `workers`.
@@ -64,7 +64,7 @@ void allgather(
     Transport& t,
     const at::Tensor& input,
     std::vector<at::Tensor>& outputs,
-    const PeerReadWindow& window = {},
+    const PeerAccessWindow& window = {},
     WorkerPool* workers = nullptr);
 
 // output (world size * input.numel() elements) receives the inputs concatenated in rank order.
@@ -72,7 +72,7 @@ void allgatherInto(
     Transport& t,
     const at::Tensor& input,
     at::Tensor& output,
-    const PeerReadWindow& window = {},
+    const PeerAccessWindow& window = {},
     WorkerPool* workers = nullptr);
 
 // The sum of every rank's sparse COO tensor `input` (on the CPU, same sizes everywhere), as gloo
@@ -86,7 +86,7 @@ void gather(
     const at::Tensor& input,
     std::vector<at::Tensor>& outputs,
     int root,
-    const PeerReadWindow& window = {},
+    const PeerAccessWindow& window = {},
     WorkerPool* workers = nullptr);
 
 // Rank r receives root's inputs[r]; other ranks pass an empty inputs list.
@@ -112,8 +112,8 @@ struct Span {
 void alltoall(Transport& t, const std::vector<Span>& sends, const std::vector<Span>& receives);
 
 // Through the slots only: the root copies each chunk in while the others copy the previous one
-// out, so two cores share the work; a peer read would leave it all to the readers (2 ranks on
-// the 2-core machine: 4 MiB 0.35 -> 0.42 ms, 64 MiB 6.5 -> 14 ms).
+// out, so two cores share the work; reading the root's tensor would leave it all to the readers
+// (2 ranks on the 2-core machine: 4 MiB 0.35 -> 0.42 ms, 64 MiB 6.5 -> 14 ms).
 void broadcast(Transport& t, at::Tensor& data, int root);
 
 void barrier(Transport& t);

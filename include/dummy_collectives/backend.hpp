@@ -145,9 +145,10 @@ class DummyBackend final : public c10d::Backend {
   Mode mode() const {
     return options_->mode;
   }
-  // Whether large allreduces read peers' memory directly: "on", "off", or "undecided" until
-  // the group's first allreduce in the peer-read window (BackendOptions::peerReads).
-  std::string peerReads() const;
+  // Whether large allreduces and gathers reach the peers' memory directly: "on", "off", or
+  // "undecided" until the group's first collective in the peer-access window
+  // (BackendOptions::peerAccess).
+  std::string peerAccess() const;
 
  private:
   // How a collective was issued: its timeout, and whether the caller waits for it at once
@@ -209,7 +210,7 @@ class DummyBackend final : public c10d::Backend {
       int reduceOp = -1,
       int count = 1);
   void requireReal(const char* collective) const;
-  algorithms::PeerReadWindow peerReadWindow() const;
+  algorithms::PeerAccessWindow peerAccessWindow() const;
   algorithms::AllreducePlan allreducePlan() const;
   // What the built-in backends record for profilers and trace tools (record_param_comms).
   // `rank` is this rank for collectives and the peer for point-to-point, as NCCL records it.

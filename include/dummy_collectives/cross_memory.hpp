@@ -18,11 +18,15 @@ namespace dummy_collectives::cross_memory {
 // the failed call (ESRCH: the process is gone; EPERM: not allowed; EFAULT: a bad address).
 int read(int32_t pid, void* local, const void* remote, size_t bytes);
 
+// Copies `bytes` from `local` to address `remote` in process `pid`; returns 0 or the errno.
+int write(int32_t pid, void* remote, const void* local, size_t bytes);
+
 // A word in this process whose value is random and fixed for the process's life. A peer that
-// reads it through read() and finds the value published beside its address knows that it can
-// read this process, and that the pid it used names this process and not another one.
+// reads it through read() and finds the value published beside its address (and can write it
+// back through write()) knows that it can reach this process, and that the pid it used names this process and not another one.
 struct ProbeWord {
-  const uint64_t* address;
+  uint64_t* address; // writable: peers write the value back to check they can write
+
   uint64_t value;
 };
 ProbeWord probeWord();

@@ -29,17 +29,16 @@ struct BackendOptions : c10d::Backend::Options {
   // Allreduces up to this many bytes use the one-shot algorithm (every rank reduces every slot);
   // larger ones reduce-scatter then all-gather through the slots.
   size_t oneShotMaxBytes = size_t{64} << 10;
-  // Allreduces and gathers (all-gather, gather) of peerReadMinBytes to peerReadMaxBytes (the
-  // tensor a rank ends up with) read the peers' tensors straight from their memory (cross memory
-  // attach: one copy per byte instead of two through the slots) where every rank can read every
-  // other's; elsewhere, or off, they go through the slots. Below the window the slots are as
-  // fast (allreduce, 2 ranks, 2 MiB); above it the data no longer stays in cache, and the slots'
-  // pipeline, whose chunks a peer reads while they are still in cache, wins (allreduce, 64 MiB
-  // on the 2-core machine). 1: on; 0: off; -1: on where the ranks have a core each
-  // (oversubscribed, 4 ranks on 2 cores measured no faster from 4 to 16 MiB, slower elsewhere).
-  int peerReads = -1;
-  size_t peerReadMinBytes = size_t{4} << 20;
-  size_t peerReadMaxBytes = size_t{32} << 20;
+  // Allreduces and gathers (all-gather, gather) of peerAccessMinBytes to peerAccessMaxBytes
+  // (the tensor a rank ends up with) read, and for allreduce write, the peers' tensors where they
+  // lie (Linux cross memory attach) instead of copying through the slots, where every rank can
+  // reach every other's memory; elsewhere, or off, they go through the slots. Past the cache the
+  // slots' pipeline, whose chunks a peer reads while they are still in the writer's cache, is
+  // as fast or faster (2 ranks on the 2-core machine: all-gather 64 MiB 11.3-11.9 against
+  // 12.9-13.2 ms, allreduce 64 MiB a tie, 128 MiB 25 against 28 ms).
+  bool peerAccess = true;
+  size_t peerAccessMinBytes = size_t{128} << 10;
+  size_t peerAccessMaxBytes = size_t{32} << 20;
   // How long a waiting rank busy-polls before yielding and then sleeping. -1: choose from the
   // number of ranks and usable cores.
   long spinMicros = -1;

@@ -68,7 +68,7 @@ class ShmTransport final : public Transport {
       int size,
       size_t slotBytes,
       WaitPolicy policy,
-      int peerReads, // BackendOptions::peerReads
+      bool peerAccess, // BackendOptions::peerAccess
       std::vector<GroupSetting> settings);
   ~ShmTransport() override;
 
@@ -88,13 +88,14 @@ class ShmTransport final : public Transport {
   const void* readSlot(int r) const override;
   bool sharePointers(const void* mine, const void** all) override;
   void readPeer(int r, void* local, const void* remote, size_t bytes) override;
+  void writePeer(int r, void* remote, const void* local, size_t bytes) override;
   void waitUntil(const std::function<bool()>& ready, const std::string& what) override;
   void abort(const std::string& reason) override;
 
   // The ring carrying point-to-point messages from rank `src` to rank `dst`.
   P2pChannel channel(int src, int dst) const;
   // "on", "off" or "undecided" (see sharePointers); any thread may ask.
-  std::string peerReadsState() const;
+  std::string peerAccessState() const;
   // Why rank r can no longer take part (it died, or the group was aborted); empty if it can.
   std::string peerProblem(int r) const;
 
@@ -120,8 +121,10 @@ class ShmTransport final : public Transport {
   template <typename Ready, typename Check, typename Sleep>
   void waitFor(WaitClock& clock, Ready&& ready, Check&& check, Sleep&& sleep);
   void checkPeers(uint64_t step);
-  // Whether this rank can read every peer's memory (run once every rank has connected).
-  bool canReadAllPeers() const;
+  // Whether this rank can read and write every peer's memory (once every rank has connected).
+  bool canReachAllPeers() const;
+  // Raises (aborting the group) for a failed read or write of a peer's memory.
+  [[noreturn]] void failPeerAccess(int r, const char* what, size_t bytes, int error);
   void checkDescriptors(uint64_t step) const;
   [[noreturn]] void fail(const std::string& what);
   [[noreturn]] void failTimedOut(const std::string& waitingFor);
@@ -137,9 +140,9 @@ class ShmTransport final : public Transport {
 
   // Whether the ranks read each other's memory for large transfers: asked for (by the option,
   // on this rank), then decided by the group on first use, alike on every rank.
-  enum class PeerReads : uint8_t { kUndecided, kYes, kNo };
-  bool peerReadsWanted_;
-  std::atomic<PeerReads> peerReads_{PeerReads::kUndecided};
+  enum class PeerAccess : uint8_t { kUndecided, kYes, kNo };
+  bool peerAccessWanted_;
+  std::atomic<PeerAccess> peerAccess_{PeerAccess::kUndecided};
 
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
   uint64_t opFirstStep_ = 0;

@@ -50,6 +50,8 @@ class Transport {
   // Copies `bytes` at `remote`, an address rank r shared, to `local`: one copy, by the kernel.
   // Raises, and aborts the group, if the read fails (the peer died, say). Any thread may call it.
   virtual void readPeer(int r, void* local, const void* remote, size_t bytes) = 0;
+  // The other way: copies `bytes` at `local` to `remote`, an address rank r shared.
+  virtual void writePeer(int r, void* remote, const void* local, size_t bytes) = 0;
 
   // Waits, as exchange() waits for peers, until `ready()` holds (it is polled): for what the
   // transport cannot see itself, such as a peer's GPU work (see cuda/ipc_transport.hpp). Raises

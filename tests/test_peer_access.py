@@ -1,13 +1,10 @@
-"""Large allreduces and gathers that read the peers' tensors directly (cross memory attach).
+"""Large allreduces and gathers that reach the peers' tensors directly (cross memory attach).
 
-The groups here force peer reads on (``peer_reads=1``, so they also run where
-ranks outnumber cores) with a window that starts just past the one-shot size.
-Every result is checked against the exact reference and, bit for bit, against
-the slot path (a second group with ``peer_reads=0``) in the same processes.
-Where the host forbids one process to read another's memory (Yama's
-ptrace_scope >= 1, a seccomp filter), the group must say ``off`` on every rank
-and still give correct results; the tests that need the path then skip and
-say why.
+The groups here use a window that starts just past the one-shot size. Every result is checked
+against the exact reference and, bit for bit, against the slot path (a second group with
+``peer_access=False``) in the same processes. Where the host forbids one process to reach
+another's memory (Yama's ptrace_scope >= 1, a seccomp filter), the group must say ``off`` on
+every rank and still give correct results; the tests that need the path then skip and say why.
 """
 
 from __future__ import annotations
@@ -23,29 +20,29 @@ from support import BIG_DTYPES, OPS, dtype_id, invalid_reason, make_op, rank_inp
 import dummy_collectives
 
 # Just past the one-shot algorithm (64 KiB), up to a few MiB.
-WINDOW = {"peer_read_min_bytes": 64 * 1024 + 1, "peer_read_max_bytes": 8 * 2**20}
+WINDOW = {"peer_access_min_bytes": 64 * 1024 + 1, "peer_access_max_bytes": 8 * 2**20}
 # Odd element counts: parts of unequal length and tails shorter than a vector.
 SIZES = ((64 * 1024 + 4093,), (2**20 + 7,))
 
 pytestmark = support.requires_dummy
 
 
-def _group(peer_reads: int, **options: int) -> dist.ProcessGroup:
+def _group(peer_access: bool, **options: int) -> dist.ProcessGroup:
     return dist.new_group(
         backend="dummy",
-        pg_options=dummy_collectives.Options(peer_reads=peer_reads, **options),
+        pg_options=dummy_collectives.Options(peer_access=peer_access, **options),
     )
 
 
-def _peer_reads_state(group: dist.ProcessGroup) -> str:
-    state: str = group._get_backend(torch.device("cpu")).peer_reads
+def _peer_access_state(group: dist.ProcessGroup) -> str:
+    state: str = group._get_backend(torch.device("cpu")).peer_access
     return state
 
 
 def _finish(group: dist.ProcessGroup, failures: list[str]) -> dict[str, object]:
-    """Every rank's peer-read state of ``group`` (which is then destroyed), with the failures."""
+    """Every rank's peer-access state of ``group`` (which is then destroyed), with the failures."""
     states = [None] * dist.get_world_size()
-    dist.all_gather_object(states, _peer_reads_state(group))
+    dist.all_gather_object(states, _peer_access_state(group))
     dist.destroy_process_group(group)
     return {"failures": failures, "states": states}
 
@@ -55,13 +52,14 @@ def _skip_if_off(state: str) -> None:
         pytest.skip("ranks cannot read each other's memory on this host (process_vm_readv)")
 
 
-def check_peer_read_allreduce() -> dict[str, object]:
+def check_peer_access_allreduce() -> dict[str, object]:
     """Every valid (dtype, op) at odd sizes: reference and slot path agree."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     failures: list[str] = []
-    direct = _group(1, **WINDOW)
-    slots = _group(0, **WINDOW)
-    before = _peer_reads_state(direct)
+    # Three threads per rank: each folds its own pieces through its own share of the scratch.
+    direct = _group(True, threads=3, **WINDOW)
+    slots = _group(False, **WINDOW)
+    before = _peer_access_state(direct)
     checked = 0
     for dtype in (*BIG_DTYPES, torch.float16):
         for op_index, op in enumerate(OPS):
@@ -77,20 +75,20 @@ def check_peer_read_allreduce() -> dict[str, object]:
                 support.check_reduced(failures, what, op, tensor, reference(dtype, op, inputs))
                 support.check_equal(failures, f"{what} vs the slot path", tensor, via_slots)
                 checked += 1
-    after = _peer_reads_state(direct)
-    support.check_group_usable(failures, "peer-read group afterwards", direct)
+    after = _peer_access_state(direct)
+    support.check_group_usable(failures, "peer-access group afterwards", direct)
     states = [None] * ws
-    dist.all_gather_object(states, (before, after, _peer_reads_state(slots)))
+    dist.all_gather_object(states, (before, after, _peer_access_state(slots)))
     for group in (direct, slots):
         dist.destroy_process_group(group)
     return {"failures": failures, "checked": checked, "states": states}
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_peer_read_allreduce_matches_reference_and_slots(
+def test_peer_access_allreduce_matches_reference_and_slots(
     pool: support.PoolFactory, world_size: int
 ) -> None:
-    summaries = pool(world_size).run_ok(check_peer_read_allreduce)
+    summaries = pool(world_size).run_ok(check_peer_access_allreduce)
     support.assert_no_failures([s["failures"] for s in summaries])
     states = summaries[0]["states"]
     assert all(s[0] == "undecided" for s in states), states
@@ -102,11 +100,11 @@ def test_peer_read_allreduce_matches_reference_and_slots(
     _skip_if_off(afters.pop())
 
 
-def check_peer_read_gathers() -> dict[str, object]:
+def check_peer_access_gathers() -> dict[str, object]:
     """all_gather, all_gather_into_tensor (also in place, as FSDP2 calls it) and gather."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     failures: list[str] = []
-    direct = _group(1, **WINDOW)
+    direct = _group(True, **WINDOW)
     for dtype in (torch.float32, torch.bfloat16):
         shape = (2**19 + 3,)  # 2 MiB of float32: ws * that is in the window
         inputs = [rank_input(r, shape, dtype) for r in range(ws)]
@@ -136,8 +134,8 @@ def check_peer_read_gathers() -> dict[str, object]:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_peer_read_gathers_match_the_inputs(pool: support.PoolFactory, world_size: int) -> None:
-    summaries = pool(world_size).run_ok(check_peer_read_gathers)
+def test_peer_access_gathers_match_the_inputs(pool: support.PoolFactory, world_size: int) -> None:
+    summaries = pool(world_size).run_ok(check_peer_access_gathers)
     support.assert_no_failures([s["failures"] for s in summaries])
     states = set(summaries[0]["states"])
     assert len(states) == 1 and states <= {"on", "off"}, summaries[0]["states"]
@@ -145,10 +143,10 @@ def test_peer_read_gathers_match_the_inputs(pool: support.PoolFactory, world_siz
 
 
 def check_one_rank_declines() -> dict[str, object]:
-    """Rank 1 turns peer reads off: every rank falls back, results stay exact."""
+    """Rank 1 turns peer access off: every rank falls back, results stay exact."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     failures: list[str] = []
-    group = _group(0 if rank == 1 else 1, **WINDOW)
+    group = _group(rank != 1, **WINDOW)
     shape = SIZES[1]
     for step in range(2):  # the first decides; the second runs as decided
         inputs = [rank_input(r, shape, torch.float32, seed=step) for r in range(ws)]
@@ -160,17 +158,17 @@ def check_one_rank_declines() -> dict[str, object]:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_peer_reads_are_all_or_none(pool: support.PoolFactory, world_size: int) -> None:
+def test_peer_access_is_all_or_none(pool: support.PoolFactory, world_size: int) -> None:
     summaries = pool(world_size).run_ok(check_one_rank_declines)
     support.assert_no_failures([s["failures"] for s in summaries])
     assert summaries[0]["states"] == ["off"] * world_size
 
 
 def check_window_disagreement() -> str:
-    """A backend whose peer-read window differs from rank 0's refuses to start."""
+    """A backend whose peer-access window differs from rank 0's refuses to start."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     store = dist.PrefixStore("window-disagreement", dist.distributed_c10d._get_default_store())
-    options = dummy_collectives.Options(peer_read_min_bytes=2**20 * (2 if rank == 1 else 1))
+    options = dummy_collectives.Options(peer_access_min_bytes=2**20 * (2 if rank == 1 else 1))
     try:
         backend = dummy_collectives.DummyBackend(store, rank, ws, timedelta(seconds=30), options)
     except ValueError as exc:
@@ -179,14 +177,8 @@ def check_window_disagreement() -> str:
     return "created"
 
 
-def test_ranks_must_agree_on_the_peer_read_window(pool: support.PoolFactory) -> None:
+def test_ranks_must_agree_on_the_peer_access_window(pool: support.PoolFactory) -> None:
     outcomes = pool(2).run_ok(check_window_disagreement)
     assert outcomes[0] == "created"
-    assert "peer_read_min_bytes" in outcomes[1] and "rank 1 uses 2097152" in outcomes[1], outcomes
+    assert "peer_access_min_bytes" in outcomes[1] and "rank 1 uses 2097152" in outcomes[1], outcomes
     assert "rank 0 uses 1048576" in outcomes[1], outcomes
-
-
-def test_options_reject_a_bad_peer_reads_value() -> None:
-    with pytest.raises(ValueError, match="peer_reads"):
-        dummy_collectives.Options(peer_reads=2)
-    assert dummy_collectives.Options(peer_reads=0).peer_reads == 0
