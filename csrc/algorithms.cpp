@@ -200,6 +200,46 @@ namespace {
 // and its result, written back to the peers, stay in the core's L2 cache.
 constexpr size_t kPeerPieceBytes = size_t{256} << 10;
 
+// How a rank's next slot (private until the next exchange) is cut into scratch for the peers'
+// pieces: one share per worker thread, holding one piece of every peer.
+struct PeerScratch {
+  int threads;
+  size_t share;       // bytes per thread
+  int64_t pieceElems; // elements per peer piece
+};
+
+PeerScratch peerScratch(const Transport& t, const WorkerPool& workers, size_t es) {
+  const auto peers = static_cast<size_t>(t.size() - 1);
+  const int threads =
+      std::max<int>(1, std::min<size_t>(workers.threads(), t.slotBytes() / (peers * 4096)));
+  const size_t share = t.slotBytes() / static_cast<size_t>(threads);
+  const size_t pieceBytes = std::min(kPeerPieceBytes, share / peers) / 64 * 64;
+  return {threads, share, std::max<int64_t>(1, static_cast<int64_t>(pieceBytes / es))};
+}
+
+// Points from[r] at elements [at, at + m) of every rank's shared tensor: ours in place (`own`),
+// each peer's read into `scratch`, one piece apart.
+void readPeerPieces(
+    Transport& t,
+    const Pointers& peers,
+    const std::byte* own,
+    int64_t at,
+    int64_t m,
+    size_t es,
+    int64_t pieceElems,
+    std::byte* scratch,
+    Pointers& from) {
+  for (int r = 0; r < t.size(); ++r) {
+    if (r == t.rank()) {
+      from[r] = own + at * es;
+    } else {
+      t.readPeer(r, scratch, static_cast<const std::byte*>(peers[r]) + at * es, m * es);
+      from[r] = scratch;
+      scratch += pieceElems * es;
+    }
+  }
+}
+
 // Allreduce through the peers' tensors where they lie (see Transport::sharePointers). Returns
 // false, having moved nothing, where the ranks cannot reach each other's memory.
 //
@@ -231,33 +271,19 @@ bool allreduceByPeerAccess(
   // The peers' pieces land in our next slot, which is ours alone to write until the next
   // exchange; each worker thread gets its own share of it.
   const auto [lo, hi] = partOf(me, ws, n, es);
-  const int threads = std::max<int>(
-      1, std::min<size_t>(workers.threads(), t.slotBytes() / (static_cast<size_t>(ws - 1) * 4096)));
-  const size_t share = t.slotBytes() / static_cast<size_t>(threads);
-  const size_t pieceBytes =
-      std::min(kPeerPieceBytes, share / static_cast<size_t>(ws - 1)) / 64 * 64;
-  const int64_t pieceElems = std::max<int64_t>(1, static_cast<int64_t>(pieceBytes / es));
+  const PeerScratch cut = peerScratch(t, workers, es);
   auto* scratch = static_cast<std::byte*>(t.writeSlot());
-  std::vector<Pointers> pieceSrcs(threads, Pointers(ws));
+  std::vector<Pointers> pieceSrcs(cut.threads, Pointers(ws));
   parallelRange(
       workers,
       hi - lo,
       es,
       [&](int piece, int64_t a, int64_t b) {
-        std::byte* mine = scratch + static_cast<size_t>(piece) * share;
         Pointers& from = pieceSrcs[piece];
-        for (int64_t x = lo + a; x < lo + b; x += pieceElems) {
-          const int64_t m = std::min(pieceElems, lo + b - x);
-          std::byte* to = mine;
-          for (int r = 0; r < ws; ++r) {
-            if (r == me) {
-              from[r] = base + x * es;
-            } else {
-              t.readPeer(r, to, peerBytes(r, x), m * es);
-              from[r] = to;
-              to += pieceElems * es;
-            }
-          }
+        for (int64_t x = lo + a; x < lo + b; x += cut.pieceElems) {
+          const int64_t m = std::min(cut.pieceElems, lo + b - x);
+          readPeerPieces(
+              t, peers, base, x, m, es, cut.pieceElems, scratch + piece * cut.share, from);
           reduceInto(spec, base + x * es, from.data(), ws, m);
           for (int r = 0; r < ws; ++r) {
             if (r != me) {
@@ -266,7 +292,7 @@ bool allreduceByPeerAccess(
           }
         }
       },
-      threads);
+      cut.threads);
   // Peers may still be reading or writing our tensor: nobody returns (and lets its caller use
   // the tensor) before every rank is done.
   t.exchange();
@@ -524,6 +550,53 @@ void reduceScatter(
     reduceInto(spec, out + offset * es, srcs.data(), ws, m);
     offset += m;
   } while (offset < n);
+}
+
+void reduceScatterTensor(
+    Transport& t,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const ReduceSpec& spec,
+    const PeerAccessWindow& window,
+    WorkerPool& workers) {
+  const int ws = t.size();
+  const int me = t.rank();
+  const size_t es = output.element_size();
+  const int64_t n = output.numel();
+  const std::byte* in = bytesOf(input);
+  Pointers peers(ws);
+  if (ws > 1 && usePeerAccess(t, static_cast<size_t>(n) * es, window) &&
+      t.slotBytes() >= static_cast<size_t>(ws - 1) * 4096 && t.sharePointers(in, peers.data())) {
+    // Our part of every peer's input, a piece at a time through our next slot (private until
+    // the next exchange), one share of it per worker thread, as in allreduceByPeerAccess.
+    const PeerScratch cut = peerScratch(t, workers, es);
+    const int64_t mine = me * n; // our part's first element in every rank's input
+    auto* scratch = static_cast<std::byte*>(t.writeSlot());
+    std::byte* out = bytesOf(output);
+    std::vector<Pointers> pieceSrcs(cut.threads, Pointers(ws));
+    parallelRange(
+        workers,
+        n,
+        es,
+        [&](int piece, int64_t a, int64_t b) {
+          Pointers& from = pieceSrcs[piece];
+          for (int64_t x = a; x < b; x += cut.pieceElems) {
+            const int64_t m = std::min(cut.pieceElems, b - x);
+            readPeerPieces(
+                t, peers, in, mine + x, m, es, cut.pieceElems, scratch + piece * cut.share, from);
+            reduceInto(spec, out + x * es, from.data(), ws, m);
+          }
+        },
+        cut.threads);
+    t.exchange(); // peers may still be reading our input
+    return;
+  }
+  std::vector<at::Tensor> parts;
+  parts.reserve(ws);
+  for (int d = 0; d < ws; ++d) {
+    parts.push_back(input.narrow(0, d * n, n));
+  }
+  reduceScatter(t, parts, output, spec);
 }
 
 void alltoall(Transport& t, const std::vector<Span>& sends, const std::vector<Span>& receives) {

@@ -877,16 +877,6 @@ std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& list
   return all;
 }
 
-// Views of a contiguous tensor as `parts` equal consecutive pieces.
-std::vector<at::Tensor> pieces(const at::Tensor& flat, int parts) {
-  const int64_t n = flat.numel() / parts;
-  std::vector<at::Tensor> views;
-  for (int r = 0; r < parts; ++r) {
-    views.push_back(flat.view({-1}).narrow(0, r * n, n));
-  }
-  return views;
-}
-
 } // namespace
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
@@ -1184,7 +1174,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
   }
   requireReal(collective);
   const bool coalesced = std::strcmp(collective, "_reduce_scatter_base") != 0;
-  const int ws = getSize();
   if (!coalesced && onDevicePath({inputs[0], outputs[0]})) {
     return submitDevice(
         describe(
@@ -1218,11 +1207,12 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
       inputs,
       outputs,
       issued(opts),
-      [in, out, specs, ws](Transport& t) {
+      [in, out, specs, window = peerAccessWindow(), workers = workers_](Transport& t) {
         std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
         std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
         for (size_t i = 0; i < hostIn.size(); ++i) {
-          algorithms::reduceScatter(t, pieces(hostIn[i], ws), hostOut[i], specs[i]);
+          algorithms::reduceScatterTensor(
+              t, hostIn[i].reshape(-1), hostOut[i], specs[i], window, *workers);
         }
         in->release(/*copyOut=*/false);
         out->release(/*copyOut=*/true);

@@ -101,7 +101,8 @@ def test_peer_access_allreduce_matches_reference_and_slots(
 
 
 def check_peer_access_gathers() -> dict[str, object]:
-    """all_gather, all_gather_into_tensor (also in place, as FSDP2 calls it) and gather."""
+    """all_gather, all_gather_into_tensor (also in place, as FSDP2 calls it), gather and
+    reduce_scatter_tensor."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     failures: list[str] = []
     direct = _group(True, **WINDOW)
@@ -124,6 +125,19 @@ def check_peer_access_gathers() -> dict[str, object]:
         mine.copy_(inputs[rank])
         dist.all_gather_into_tensor(output, mine, group=direct)
         support.check_equal(failures, f"in-place all_gather_into_tensor {what}", output, expected)
+
+        # reduce_scatter_tensor: rank r gets the sum of part r of every rank's input.
+        whole = [rank_input(r, (ws * shape[0],), dtype, seed=1) for r in range(ws)]
+        scattered = torch.empty_like(inputs[rank])
+        dist.reduce_scatter_tensor(scattered, whole[rank].clone(), group=direct)
+        parts = [w.narrow(0, rank * shape[0], shape[0]) for w in whole]
+        support.check_reduced(
+            failures,
+            f"reduce_scatter_tensor {what}",
+            "SUM",
+            scattered,
+            reference(dtype, "SUM", parts),
+        )
 
         root = ws - 1
         gathered = [torch.zeros_like(inputs[rank]) for _ in range(ws)] if rank == root else None

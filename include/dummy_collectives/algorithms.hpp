@@ -100,6 +100,18 @@ void reduceScatter(
     at::Tensor& output,
     const ReduceSpec& spec);
 
+// reduceScatter over one contiguous input of world size * output.numel() elements (part d for
+// rank d), as reduce_scatter_tensor passes it. In `window` (bytes of the output), where the
+// transport can, rank r reads part r of every peer's input straight from the peer and folds it
+// into its output (two exchanges in all).
+void reduceScatterTensor(
+    Transport& t,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const ReduceSpec& spec,
+    const PeerAccessWindow& window,
+    WorkerPool& workers);
+
 // A contiguous byte range of a tensor; all-to-all moves whole ranges per peer.
 struct Span {
   std::byte* data;
