@@ -200,6 +200,19 @@ namespace {
 // and its result, written back to the peers, stay in the core's L2 cache.
 constexpr size_t kPeerPieceBytes = size_t{256} << 10;
 
+// Whether a collective of `bytes` (per rank, received) reaches the peers directly. All ranks
+// decide alike: sizes match (the descriptor check), the window is checked at connect.
+bool usePeerAccess(const Transport& t, size_t bytes, const PeerAccessWindow& window) {
+  return t.size() > 1 && bytes > 0 && window.covers(bytes);
+}
+
+// The same, for a collective that folds the peers' pieces in its slot (peerScratch below): the
+// slot must hold a page-sized piece of every peer.
+bool usePeerFold(const Transport& t, size_t bytes, const PeerAccessWindow& window) {
+  return usePeerAccess(t, bytes, window) &&
+      t.slotBytes() >= static_cast<size_t>(t.size() - 1) * 4096;
+}
+
 // How a rank's next slot (private until the next exchange) is cut into scratch for the peers'
 // pieces: one share per worker thread, holding one piece of every peer.
 struct PeerScratch {
@@ -310,8 +323,7 @@ void allreduce(
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
   // Every rank decides alike: the sizes match (the descriptor check) and so do the thresholds
   // and the slot size (checked at connect).
-  if (t.size() > 1 && plan.peerAccess.covers(bytes) && bytes > plan.oneShotMaxBytes &&
-      t.slotBytes() >= static_cast<size_t>(t.size() - 1) * 4096 &&
+  if (bytes > plan.oneShotMaxBytes && usePeerFold(t, bytes, plan.peerAccess) &&
       allreduceByPeerAccess(t, data, spec, workers)) {
     return;
   }
@@ -329,12 +341,6 @@ void reduce(
 }
 
 namespace {
-
-// Whether a collective of `bytes` (per rank, received) reads the peers directly. All ranks decide
-// alike: sizes match (the descriptor check), the window is checked at connect.
-bool usePeerAccess(const Transport& t, size_t bytes, const PeerAccessWindow& window) {
-  return t.size() > 1 && bytes > 0 && window.covers(bytes);
-}
 
 // Runs fn(r, offset, length) for every rank r whose data [offset, offset + length) of `bytes`
 // this rank copies, the whole of bytes * ranks split evenly over the workers (if any).
@@ -565,8 +571,7 @@ void reduceScatterTensor(
   const int64_t n = output.numel();
   const std::byte* in = bytesOf(input);
   Pointers peers(ws);
-  if (ws > 1 && usePeerAccess(t, static_cast<size_t>(n) * es, window) &&
-      t.slotBytes() >= static_cast<size_t>(ws - 1) * 4096 && t.sharePointers(in, peers.data())) {
+  if (usePeerFold(t, static_cast<size_t>(n) * es, window) && t.sharePointers(in, peers.data())) {
     // Our part of every peer's input, a piece at a time through our next slot (private until
     // the next exchange), one share of it per worker thread, as in allreduceByPeerAccess.
     const PeerScratch cut = peerScratch(t, workers, es);
