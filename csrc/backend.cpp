@@ -358,19 +358,20 @@ void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
   }
 }
 
-std::chrono::milliseconds DummyBackend::stamp(
+DummyBackend::Stamp DummyBackend::stamp(
     OpDescriptor& op,
     const std::vector<at::Tensor>& inputs,
     const std::vector<at::Tensor>& outputs,
     std::chrono::milliseconds timeout,
     const SplitSizes& splits) {
   op.seq = ++seq_;
-  if (at::hasCallbacks()) { // a profiler or another observer listens
+  const bool observed = at::hasCallbacks();
+  if (observed) {
     const auto dtype = op.dtype >= 0 ? static_cast<at::ScalarType>(op.dtype) : at::kByte;
     recordParamComms(
         op.seq, false, collectiveName(op.kind), getRank(), dtype, inputs, outputs, splits);
   }
-  return timeout == c10d::kUnsetTimeout ? options_->timeout : timeout;
+  return {timeout == c10d::kUnsetTimeout ? options_->timeout : timeout, observed};
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(
@@ -403,8 +404,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     Issue issue,
     Algorithm algorithm,
     const SplitSizes& splits) {
-  const auto limit = stamp(op, inputs, outputs, issue.timeout, splits);
-  if (issue.blocking && !at::hasCallbacks()) {
+  const Stamp stamped = stamp(op, inputs, outputs, issue.timeout, splits);
+  const auto limit = stamped.limit;
+  if (issue.blocking && !stamped.observed) {
     // The caller waits for this Work next thing: with nothing queued ahead, run it here. That
     // skips the queue, the body's allocation and the hand-offs around them, most of what a
     // small blocking collective costs on top of moving its bytes. (Under a profiler the engine
@@ -424,10 +426,11 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     }
   }
   // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
-  auto body = [transport = transport_.get(), op, limit, algorithm = std::move(algorithm)](
-                  DummyWork&) {
+  // The algorithm may own move-only state (HostStaging); a Work's body must be copyable.
+  auto shared = std::make_shared<Algorithm>(std::move(algorithm));
+  auto body = [transport = transport_.get(), op, limit, shared](DummyWork&) {
     transport->beginOp(op, limit);
-    algorithm(*transport);
+    (*shared)(*transport);
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(body));
 }
@@ -446,7 +449,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
     Issue issue,
     Body body) {
   op.path = DataPath::kCudaIpc;
-  const auto limit = stamp(op, inputs, outputs, issue.timeout);
+  const auto limit = stamp(op, inputs, outputs, issue.timeout).limit;
   std::vector<at::Tensor> touched(inputs);
   touched.insert(touched.end(), outputs.begin(), outputs.end());
   auto ticket = device_->submit(touched);
@@ -573,7 +576,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
           d.allreduce(t, tensor, spec);
         });
   }
-  auto staged = std::make_shared<HostStaging>(tensor);
   return submit(
       op,
       c10d::OpType::ALLREDUCE,
@@ -581,10 +583,11 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
       tensors,
       tensors,
       issued(opts),
-      [staged, spec, plan = allreducePlan(), workers = workers_](Transport& t) {
-        at::Tensor& host = staged->acquire(/*copyIn=*/true);
+      [staged = HostStaging(tensor), spec, plan = allreducePlan(), workers = workers_](
+          Transport& t) mutable {
+        at::Tensor& host = staged.acquire(/*copyIn=*/true);
         algorithms::allreduce(t, host, spec, plan, *workers);
-        staged->release(/*copyOut=*/true);
+        staged.release(/*copyOut=*/true);
       });
 }
 
@@ -1350,7 +1353,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::send(
       getSize());
   requireReal("send");
   ++p2pSeq_;
-  if (at::hasCallbacks()) {
+  const bool observed = at::hasCallbacks(); // takes a lock: ask once
+  if (observed) {
     recordParamComms(
         p2pSeq_, true, "send", dstRank, tensors[0].scalar_type(), tensors, tensors);
   }
@@ -1358,8 +1362,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::send(
   auto staged = std::make_shared<HostStaging>(tensors[0]);
   const at::Tensor& host = staged->acquire(/*copyIn=*/true);
   auto work = c10::make_intrusive<DummyWork>(
-      getRank(), c10d::OpType::SEND, "dummy:send", tensors, std::vector<at::Tensor>(), 0, nullptr,
-      p2p_);
+      getRank(), c10d::OpType::SEND, observed ? "dummy:send" : nullptr, tensors,
+      std::vector<at::Tensor>(), 0, nullptr, p2p_);
   p2p_->send(
       work, dstRank, tag, host.data_ptr(), host.numel() * host.element_size(),
       [staged] { staged->release(/*copyOut=*/false); });
@@ -1395,7 +1399,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
   check.single(tensors, "output");
   requireReal(what);
   ++p2pSeq_;
-  if (at::hasCallbacks()) {
+  const bool observed = at::hasCallbacks(); // takes a lock: ask once
+  if (observed) {
     recordParamComms(p2pSeq_, true, what, srcRank, tensors[0].scalar_type(), tensors, tensors);
   }
   auto staged = std::make_shared<HostStaging>(tensors[0]);
@@ -1403,7 +1408,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
   auto work = c10::make_intrusive<DummyWork>(
       getRank(),
       srcRank < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV,
-      srcRank < 0 ? "dummy:recvAnySource" : "dummy:recv",
+      !observed ? nullptr : srcRank < 0 ? "dummy:recvAnySource" : "dummy:recv",
       tensors, // the profiler records the buffer's shape, as gloo's does
       tensors,
       0,

@@ -24,13 +24,13 @@ at::Tensor& HostStaging::acquire(bool copyIn) {
   } else if (!user_.is_contiguous()) {
     host_ = copyIn ? user_.contiguous() : at::empty(user_.sizes(), user_.options());
   } else {
-    host_ = user_;
+    return user_; // used in place (no copy of the handle: that is two atomic updates)
   }
   return host_;
 }
 
 void HostStaging::release(bool copyOut) {
-  if (copyOut && !host_.is_same(user_)) {
+  if (copyOut && host_.defined()) { // staged
     c10::OptionalDeviceGuard device;
     if (ready_) {
       device.reset_device(user_.device());

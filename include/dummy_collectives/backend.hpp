@@ -184,8 +184,14 @@ class DummyBackend final : public c10d::Backend {
       std::vector<at::Tensor> outputs,
       Issue issue,
       Body body);
-  // Numbers the collective and tells the profiler; returns how long it may take.
-  std::chrono::milliseconds stamp(
+  // What stamp() found out about a collective.
+  struct Stamp {
+    std::chrono::milliseconds limit; // how long it may take
+    bool observed; // a profiler (or another RecordFunction observer) listens
+  };
+  // Numbers the collective and tells the profiler. (Asking whether anyone listens takes a lock
+  // in PyTorch: ask once per collective.)
+  Stamp stamp(
       OpDescriptor& op,
       const std::vector<at::Tensor>& inputs,
       const std::vector<at::Tensor>& outputs,

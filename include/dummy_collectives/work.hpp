@@ -81,6 +81,9 @@ class DummyWork final : public c10d::Work {
   }
 
  private:
+  // Marks the Work done, with `error` if set. Callers hold mutex_ unless no other thread can
+  // see the Work yet (completed(), ran()).
+  void setDone(std::exception_ptr error) noexcept;
   void completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future) const;
 
   std::vector<at::Tensor> outputs_;
@@ -90,7 +93,7 @@ class DummyWork final : public c10d::Work {
   std::atomic<int> sourceRank_{-1};
   std::chrono::steady_clock::time_point enqueuedAt_;
   std::atomic<bool> done_{false};
-  std::exception_ptr error_; // set with done_, under mutex_
+  std::exception_ptr error_; // set with done_ (setDone)
   c10::intrusive_ptr<c10::ivalue::Future> future_; // guarded by mutex_
   // Set by the body before completion (published by done_'s release store).
   std::optional<c10::Stream> deviceStream_;
