@@ -42,6 +42,9 @@ struct alignas(kLine) RankControl {
   uint64_t pidNamespace;
   uint64_t probeAddress; // a word of this process that peers read to see whether they can
   uint64_t probeValue;   // (cross_memory::ProbeWord)
+  // The CPU this rank last ran on, kept only while ranks outnumber cores (WaitPolicy::shareCores)
+  // and written only when it changes, so this line stays shared in every reader's cache.
+  std::atomic<int32_t> cpu{-1};
 };
 static_assert(sizeof(std::atomic<uint64_t>) + 2 * sizeof(OpDescriptor) <= kLine);
 
@@ -153,9 +156,11 @@ WaitPolicy WaitPolicy::forGroup(int worldSize, long spinMicros) {
   if (spinMicros >= 0) {
     policy.spin = std::chrono::microseconds(spinMicros);
   } else if (worldSize > usableCores()) {
-    // Oversubscribed: the rank we wait for needs this core; hand it over almost at once.
+    // Oversubscribed: a rank waited for on another core is running and will publish within a
+    // call's time, so poll a while for it; one waited for on this core gets it at once.
     policy.spin = std::chrono::microseconds(2);
   }
+  policy.shareCores = worldSize > usableCores();
   return policy;
 }
 
@@ -417,6 +422,9 @@ void ShmTransport::failPeerAccess(int r, const char* what, size_t bytes, int err
 
 void ShmTransport::exchange() {
   const uint64_t step = nextStep_;
+  if (policy_.shareCores) {
+    noteCpu();
+  }
   std::atomic<uint64_t>& published = control(rank_).published;
   // seq_cst pairs with the waiters' sleepers increment: either they see this step or we see them.
   published.store(step + 1, std::memory_order_seq_cst);
@@ -432,15 +440,17 @@ void ShmTransport::exchange() {
   }
 }
 
-template <typename Ready, typename Check, typename Sleep>
-void ShmTransport::waitFor(WaitClock& clock, Ready&& ready, Check&& check, Sleep&& sleep) {
+template <typename Ready, typename CoreWanted, typename Check, typename Sleep>
+void ShmTransport::waitFor(
+    WaitClock& clock, Ready&& ready, CoreWanted&& coreWanted, Check&& check, Sleep&& sleep) {
   for (uint32_t spins = 0; !ready();) {
     if (ctl_->aborted.load(std::memory_order_relaxed) != 0) {
       C10_THROW_ERROR(
           DistBackendError, c10::str(opContext(), ": the group was aborted (", abortReason(), ")"));
     }
-    // Reading the clock costs ~20-40 ns; amortise it over a few pause instructions.
-    if ((++spins & 15) != 0) {
+    // Reading the clock costs ~20-40 ns; amortise it over a few pause instructions (the first
+    // time through reads it at once: a rank waited for on this core should get it at once).
+    if ((spins++ & 15) != 0) {
       cpuRelax();
       continue;
     }
@@ -457,7 +467,14 @@ void ShmTransport::waitFor(WaitClock& clock, Ready&& ready, Check&& check, Sleep
       check(now);
       clock.nextCheck = now + policy_.livenessPeriod;
     }
-    switch (policy_.phase(now - clock.start)) {
+    WaitPhase phase = policy_.phase(now - clock.start);
+    if (phase == WaitPhase::kSpin && policy_.shareCores) {
+      noteCpu();
+      if (coreWanted()) {
+        phase = WaitPhase::kYield;
+      }
+    }
+    switch (phase) {
       case WaitPhase::kSpin:
         cpuRelax();
         break;
@@ -479,6 +496,7 @@ void ShmTransport::waitAll(uint64_t step) {
     waitFor(
         clock,
         [&] { return word.load(std::memory_order_acquire) >= target; },
+        [&] { return awaitedRankSharesCore(target, r); },
         [&](Clock::time_point) { checkPeers(step); },
         [&] {
           ctl_->sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -497,6 +515,7 @@ void ShmTransport::waitUntil(const std::function<bool()>& ready, const std::stri
   waitFor(
       clock,
       ready,
+      [] { return false; }, // what is awaited is not a rank's call
       [&](Clock::time_point now) {
         for (int r = 0; r < size_; ++r) {
           std::string problem = r == rank_ ? std::string() : peerProblem(r);
@@ -510,6 +529,25 @@ void ShmTransport::waitUntil(const std::function<bool()>& ready, const std::stri
       },
       // What is awaited here takes microseconds at least (a GPU kernel) and has no futex word.
       [] { std::this_thread::sleep_for(std::chrono::microseconds(50)); });
+}
+
+void ShmTransport::noteCpu() {
+  const int cpu = ::sched_getcpu(); // glibc reads it from rseq: no syscall
+  if (cpu != cpu_) {
+    cpu_ = cpu;
+    control(rank_).cpu.store(cpu, std::memory_order_relaxed);
+  }
+}
+
+bool ShmTransport::awaitedRankSharesCore(uint64_t target, int from) const {
+  for (int r = from; r < size_; ++r) {
+    const RankControl& peer = control(r);
+    if (r != rank_ && peer.cpu.load(std::memory_order_relaxed) == cpu_ &&
+        peer.published.load(std::memory_order_relaxed) < target) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void ShmTransport::checkPeers(uint64_t step) {

@@ -29,7 +29,8 @@ struct P2pChannel {
 
 // How a rank waits for its peers. Busy polling gives the lowest latency while ranks have a core
 // each; once ranks outnumber cores, polling steals the core the awaited peer needs, so the wait
-// yields and then sleeps on a futex that the publishing rank wakes.
+// yields (at once when the awaited rank last ran on this CPU) and then sleeps on a futex that
+// the publishing rank wakes.
 //
 // The spin budget is long (1 ms) when ranks have a core each: a peer that is merely late (still
 // in Python, or briefly preempted by another process) costs microseconds to wait for by
@@ -43,6 +44,9 @@ struct WaitPolicy {
   std::chrono::nanoseconds yield{std::chrono::milliseconds(2)};
   // How often a long wait checks that the ranks it waits for are still alive.
   std::chrono::nanoseconds livenessPeriod{std::chrono::milliseconds(50)};
+  // Ranks outnumber cores: a wait hands its core over at once to a rank it waits for that
+  // last ran on this CPU (that rank cannot publish while we hold the core).
+  bool shareCores = false;
 
   static WaitPolicy forGroup(int worldSize, long spinMicros);
   // After `waited`: spin first, then yield, then sleep.
@@ -118,8 +122,13 @@ class ShmTransport final : public Transport {
   // calling `sleep`, as the policy says for the time since the wait began -- raising if the
   // group is aborted, and calling `check` (which raises when waiting is pointless) every
   // liveness period. The op's own clock (its deadline) starts with its first such wait.
-  template <typename Ready, typename Check, typename Sleep>
-  void waitFor(WaitClock& clock, Ready&& ready, Check&& check, Sleep&& sleep);
+  template <typename Ready, typename CoreWanted, typename Check, typename Sleep>
+  void waitFor(
+      WaitClock& clock, Ready&& ready, CoreWanted&& coreWanted, Check&& check, Sleep&& sleep);
+  // Where ranks share cores: record the CPU this rank runs on, for its peers' waits.
+  void noteCpu();
+  // Whether a rank from `from` on that has not yet published `target` last ran on our CPU.
+  bool awaitedRankSharesCore(uint64_t target, int from) const;
   void checkPeers(uint64_t step);
   // Whether this rank can read and write every peer's memory (once every rank has connected).
   bool canReachAllPeers() const;
@@ -144,6 +153,7 @@ class ShmTransport final : public Transport {
   bool peerAccessWanted_;
   std::atomic<PeerAccess> peerAccess_{PeerAccess::kUndecided};
 
+  int cpu_ = -1; // the CPU noteCpu() last saw
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
   uint64_t opFirstStep_ = 0;
   OpDescriptor op_;
