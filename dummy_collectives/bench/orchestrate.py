@@ -16,7 +16,7 @@ from dummy_collectives.bench.peers import (
     run_deepspeed,
     run_openmpi,
 )
-from dummy_collectives.bench.plan import Plan, WorldSpec
+from dummy_collectives.bench.plan import DUMMY, Plan, WorldSpec
 from dummy_collectives.bench.plot import plot
 from dummy_collectives.bench.report import (
     RunData,
@@ -27,6 +27,7 @@ from dummy_collectives.bench.report import (
     write,
 )
 from dummy_collectives.bench.results import Result
+from dummy_collectives.bench.shared_core_floor import shared_core_floor
 from dummy_collectives.bench.sizes import format_size
 from dummy_collectives.bench.spawn import free_port, run_world
 from dummy_collectives.bench.targets import evaluate
@@ -57,7 +58,13 @@ def _baselines(run: RunData, device: torch.device) -> None:
 def _worlds(run: RunData) -> None:
     """Per world size, one after the other: the torch ranks, DeepSpeed's ranks, Open MPI."""
     deepspeed, openmpi = run.peers
+    cores = run.machine.get("usable_cores") or 1
     for ws in run.plan.world_sizes:
+        if ws > cores and run.plan.device == "cpu" and DUMMY in run.plan.backends:
+            shared = shared_core_floor(ws, run.plan.timing)
+            run.shared_floors.append(shared)
+            floor = format_time(shared.time_s) if shared.ok else shared.note
+            _say(f"[ws={ws}] c10d floor for {ws} ranks on {cores} cores: {floor}")
         if run.plan.backends:
             _say(f"[ws={ws}] starting {ws} rank processes ({', '.join(run.plan.backends)})")
             outcome = run_world(WorldSpec(run.plan, ws, free_port()), _emit)
@@ -82,7 +89,7 @@ def _worlds(run: RunData) -> None:
 def _finish(run: RunData, out: Path, plot_png: bool) -> None:
     if hasattr(os, "getloadavg"):
         run.machine["load_average_end"] = list(os.getloadavg())
-    run.verdicts = evaluate(run.results, run.plan.device, run.floor)
+    run.verdicts = evaluate(run.results, run.plan.device, run.floor, run.shared_floors)
     text = markdown(run)
     md_path, json_path = write(run, out)
     _say("\n" + text)

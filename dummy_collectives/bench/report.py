@@ -11,7 +11,7 @@ from dummy_collectives.bench.peers import PeerStatus
 from dummy_collectives.bench.plan import DUMMY, Plan
 from dummy_collectives.bench.results import Result
 from dummy_collectives.bench.sizes import format_size
-from dummy_collectives.bench.targets import SMALL_MAX, Verdict
+from dummy_collectives.bench.targets import SMALL_MAX, Verdict, floor_for
 
 BACKEND_ORDER = ("dummy", "gloo", "nccl", "deepspeed", "openmpi")
 GB = 1e9
@@ -26,6 +26,8 @@ class RunData:
     plan: Plan
     peers: list[PeerStatus]
     floor: Result | None = None
+    # The c10d floor at world sizes where ranks outnumber cores (shared_core_floor).
+    shared_floors: list[Result] = field(default_factory=list)
     memcpy: list[Result] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -42,6 +44,7 @@ class RunData:
             "settings": asdict(self.plan),
             "peers": [asdict(peer) for peer in self.peers],
             "floor": self.floor.to_dict() if self.floor else None,
+            "shared_core_floors": [r.to_dict() for r in self.shared_floors],
             "memcpy": [r.to_dict() for r in self.memcpy],
             "results": [r.to_dict() for r in self.results],
             "targets": [v.to_dict() for v in self.verdicts],
@@ -107,8 +110,9 @@ def _table(run: RunData, ws: int, collective: str) -> list[str]:
     backends = [b for b in BACKEND_ORDER if any(r.backend == b for r in rows)]
     others = [b for b in backends if b != DUMMY] if DUMMY in backends else []
     allreduce = collective == "allreduce"
+    floor = floor_for(ws, run.floor, run.shared_floors) if allreduce else None
     head = ["size"] + [f"{b} time" for b in backends]
-    head += ["c10d floor"] if allreduce and run.floor and run.floor.ok else []
+    head += ["c10d floor"] if floor is not None else []
     head += [f"{b} busbw GB/s" for b in backends]
     head += [f"dummy speed-up vs {b}" for b in others]
     head += ["dummy busbw / memcpy"] if DUMMY in backends else []
@@ -119,8 +123,8 @@ def _table(run: RunData, ws: int, collective: str) -> list[str]:
     for size in run.plan.sizes:
         by = {r.backend: r for r in rows if r.size == size}
         cells = [format_size(size)] + [_cell_time(by.get(b)) for b in backends]
-        if allreduce and run.floor and run.floor.ok:
-            cells.append(format_time(run.floor.time_s) if size <= SMALL_MAX else "")
+        if floor is not None:
+            cells.append(format_time(floor.time_s) if size <= SMALL_MAX else "")
         cells += [_cell_bw(by.get(b)) for b in backends]
         cells += [_ratio(by.get(DUMMY), by.get(b)) for b in others]
         if DUMMY in backends:
@@ -158,6 +162,14 @@ def _header(run: RunData) -> list[str]:
     if run.floor is not None:
         floor = format_time(run.floor.time_s) if run.floor.ok else f"{run.floor.status}"
         lines.append(f"- c10d floor (FakeProcessGroup, all_reduce of 1 float32): {floor}")
+    cores = m.get("usable_cores")
+    for shared in run.shared_floors:
+        floor = format_time(shared.time_s) if shared.ok else f"{shared.status}: {shared.note}"
+        lines.append(
+            f"- c10d floor for {shared.world_size} ranks on {cores} cores (FakeProcessGroup "
+            "ranks taking turns on the cores, two calls a turn: the fewest hand-offs a "
+            f"collective allows; held against small allreduces at this world size): {floor}"
+        )
     lines += [f"- {peer.detail}" for peer in run.peers]
     return lines + [""]
 

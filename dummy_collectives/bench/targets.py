@@ -6,8 +6,10 @@ CPU tensors, 2 ranks or more:
   DeepSpeed and Open MPI. Every c10d backend pays the c10d call path (the "floor": PyTorch's
   FakeProcessGroup, which moves nothing, measured in the same run), which alone takes longer
   than Open MPI's whole allreduce from C; so, as ../shared/ANCHORS.md sets it, the time
-  dummy spends above that floor is what is held against the faster peer. The report shows the
-  absolute comparison too;
+  dummy spends above that floor is what is held against the faster peer. Where ranks
+  outnumber cores the floor is the one measured at that world size
+  (:mod:`.shared_core_floor`: the ranks sharing a core take turns on it). The report shows the
+  absolute comparison, and the time above the one-process floor, too;
 - messages >= 1 MiB: at least 3x gloo's busbw, and ahead of both peers.
 
 CUDA tensors (ranks sharing one GPU):
@@ -59,7 +61,17 @@ class Verdict:
 Table = dict[str, Result]
 
 
-def _small(dummy: Result, others: Table, parts: list[str], floor_s: float | None) -> list[bool]:
+@dataclass(frozen=True)
+class Floor:
+    """The c10d floor a small allreduce is held to: ``time_s`` per call, ``what`` it is (for
+    the verdict's text), and the one-process floor's time where ``time_s`` is another."""
+
+    time_s: float
+    what: str = "the c10d floor"
+    one_process_s: float | None = None
+
+
+def _small(dummy: Result, others: Table, parts: list[str], floor: Floor | None) -> list[bool]:
     checks = []
     gloo = others.get(GLOO)
     if gloo is not None:
@@ -73,16 +85,19 @@ def _small(dummy: Result, others: Table, parts: list[str], floor_s: float | None
         best = min(peers, key=lambda result: result.time_s)
         label = PEER_NAMES[best.backend]
         ratio = best.time_s / dummy.time_s
-        if floor_s is None:
+        if floor is None:
             checks.append(dummy.time_s <= best.time_s)
             parts.append(f"{ratio:.2f}x vs the faster peer, {label} (need >= 1x)")
         else:
-            above = max(dummy.time_s - floor_s, 0.0)
+            above = max(dummy.time_s - floor.time_s, 0.0)
             checks.append(above <= best.time_s)
             parts.append(
-                f"{above * 1e6:.2f} us above the c10d floor vs {label}'s "
+                f"{above * 1e6:.2f} us above {floor.what} vs {label}'s "
                 f"{best.time_s * 1e6:.2f} us (need <=); absolute {ratio:.2f}x {label}"
             )
+            if floor.one_process_s is not None:
+                one = max(dummy.time_s - floor.one_process_s, 0.0)
+                parts.append(f"{one * 1e6:.2f} us above the one-process floor")
     else:
         parts.append("peers: n.a.")
     return checks
@@ -124,10 +139,10 @@ def _cuda(world_size: int, size: int, dummy: Result, others: Table, parts: list[
 
 
 def evaluate_point(
-    world_size: int, size: int, table: Table, device: str, floor_s: float | None = None
+    world_size: int, size: int, table: Table, device: str, floor: Floor | None = None
 ) -> Verdict:
     """The verdict at one (world size, size), from the measured results there by backend;
-    ``floor_s`` is the c10d floor's time (None where it was not measured)."""
+    ``floor`` is the c10d floor for this world size (None where it was not measured)."""
     verdict = Verdict(world_size, size, NA)
     if device == "cuda":
         if world_size >= 2 and size < CUDA_LARGE_MIN:
@@ -148,7 +163,7 @@ def evaluate_point(
     if device == "cuda":
         checks = _cuda(world_size, size, dummy, others, verdict.parts)
     elif size <= SMALL_MAX:
-        checks = _small(dummy, others, verdict.parts, floor_s)
+        checks = _small(dummy, others, verdict.parts, floor)
     else:
         checks = _large(dummy, others, verdict.parts)
     if checks:
@@ -156,10 +171,27 @@ def evaluate_point(
     return verdict
 
 
-def evaluate(results: list[Result], device: str, floor: Result | None = None) -> list[Verdict]:
+def floor_for(
+    world_size: int, floor: Result | None, shared_floors: list[Result] | tuple[Result, ...] = ()
+) -> Floor | None:
+    """The floor a ``world_size``-rank allreduce is held to: the one measured at that world size
+    where ranks outnumber cores (``shared_floors``), else the one-process ``floor``."""
+    one = floor.time_s if floor is not None and floor.ok else None
+    for shared in shared_floors:
+        if shared.world_size == world_size and shared.ok:
+            return Floor(shared.time_s, f"the {world_size}-rank shared-core c10d floor", one)
+    return Floor(one) if one is not None else None
+
+
+def evaluate(
+    results: list[Result],
+    device: str,
+    floor: Result | None = None,
+    shared_floors: list[Result] | tuple[Result, ...] = (),
+) -> list[Verdict]:
     """Verdicts for every (world size, size) at which allreduce was attempted; ``floor`` is the
-    c10d floor measured in the same run, if it was."""
-    floor_s = floor.time_s if floor is not None and floor.ok else None
+    c10d floor measured in the same run, if it was, and ``shared_floors`` the floors measured
+    at world sizes where ranks outnumber cores."""
     tables: dict[tuple[int, int], Table] = {}
     for result in results:
         if result.collective != "allreduce":
@@ -168,6 +200,6 @@ def evaluate(results: list[Result], device: str, floor: Result | None = None) ->
         if result.ok:
             table[result.backend] = result
     return [
-        evaluate_point(ws, size, table, device, floor_s)
+        evaluate_point(ws, size, table, device, floor_for(ws, floor, shared_floors))
         for (ws, size), table in sorted(tables.items())
     ]
