@@ -92,7 +92,7 @@ def test_small_message_target_uses_the_shared_core_floor_where_ranks_outnumber_c
 
 
 @pytest.mark.skipif(
-    not hasattr(os, "sched_yield"), reason="the shared-core floor hands cores over with sched_yield"
+    not hasattr(os, "sched_setaffinity"), reason="the shared-core floor pins ranks to cores"
 )
 def test_shared_core_floor_is_measured_in_rank_processes_of_its_own() -> None:
     """Three FakeProcessGroup ranks (more than this machine's cores where it has two) run the

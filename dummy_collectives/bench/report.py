@@ -167,8 +167,9 @@ def _header(run: RunData) -> list[str]:
         floor = format_time(shared.time_s) if shared.ok else f"{shared.status}: {shared.note}"
         lines.append(
             f"- c10d floor for {shared.world_size} ranks on {cores} cores (FakeProcessGroup "
-            "ranks taking turns on the cores, two calls a turn: the fewest hand-offs a "
-            f"collective allows; held against small allreduces at this world size): {floor}"
+            "ranks pinned to the cores, taking turns on each, two calls a turn: the fewest "
+            "hand-offs a collective allows; held against small allreduces at this world size): "
+            f"{floor}"
         )
     lines += [f"- {peer.detail}" for peer in run.peers]
     return lines + [""]

@@ -10,11 +10,13 @@ against ~1 us between two small C processes).
 How few hand-offs a collective can take: no rank finishes a collective before every rank has
 entered it, so no rank gets more than one collective ahead of another, and one turn on a core
 holds at most two of a rank's calls (finish the collective the others have entered, enter the
-next). So here each of ``world_size`` FakeProcessGroup ranks calls ``dist.all_reduce`` twice
-and then yields its core (``os.sched_yield``), all at once, with the benchmark's timing
-protocol (barrier-started rounds, max over ranks, best round); the floor is that time per
-call. It is a lower bound: the fake ranks never wait for each other across cores, and a yield
-the scheduler declines only saves a hand-off.
+next). So here ``world_size`` FakeProcessGroup ranks, pinned round-robin to the usable cores,
+take turns on each core: a turn is two ``dist.all_reduce`` calls, then the turn passes to the
+next rank on that core (a word in shared memory; a rank waits for its turn with
+``os.sched_yield``). They run the benchmark's timing protocol (barrier-started rounds, max over
+ranks, best round); the floor is that time per call. It is a lower bound: the fake ranks never
+wait for each other across cores and never migrate; the turn-passing adds well under a
+microsecond of Python per turn.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import time
 import traceback
 from typing import Any
 
@@ -34,6 +37,7 @@ from dummy_collectives.bench.timing import Timing, TimingConfig, measure
 
 CALLS_PER_TURN = 2
 _RESULT_TIMEOUT_S = 300.0
+_POLL_S = 1.0
 
 
 class ProcessSync:
@@ -59,20 +63,32 @@ class ProcessSync:
 
 
 def _rank(
-    rank: int, world_size: int, config: TimingConfig, barrier: Any, values: Any, out: Any
+    rank: int,
+    world_size: int,
+    config: TimingConfig,
+    shared: tuple[Any, Any, Any],
+    out: Any,
 ) -> None:
+    barrier, values, turns = shared
     try:
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
+        cores = sorted(os.sched_getaffinity(0))
+        slot = rank % len(cores)
+        os.sched_setaffinity(0, {cores[slot]})
+        mates = list(range(slot, world_size, len(cores)))  # the ranks on this core, in turn order
+        successor = mates[(mates.index(rank) + 1) % len(mates)]
         torch.set_num_threads(1)
         dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
         tensor = torch.ones(1, dtype=torch.float32)
 
         def turn() -> None:
+            while turns[slot] != rank:
+                os.sched_yield()
             # The same call as the one timed for the backends (collectives.make_op).
-            dist.all_reduce(tensor, group=None)
-            dist.all_reduce(tensor, group=None)
-            os.sched_yield()
+            for _ in range(CALLS_PER_TURN):
+                dist.all_reduce(tensor, group=None)
+            turns[slot] = successor
 
         turn()
         timing = measure(turn, ProcessSync(rank, barrier, values), config)
@@ -94,6 +110,19 @@ def _per_call(timing: Timing) -> Timing:
     )
 
 
+def _result(out: Any, ranks: list[Any]) -> tuple[str, Any]:
+    """Rank 0's result or the first error, without waiting long for ranks that died."""
+    deadline = time.monotonic() + _RESULT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            return out.get(timeout=_POLL_S)
+        except queue.Empty:
+            dead = [f"rank {r} exit {p.exitcode}" for r, p in enumerate(ranks) if p.exitcode]
+            if dead:
+                return "error", f"ranks died ({', '.join(dead)})"
+    return "error", f"no result within {_RESULT_TIMEOUT_S:g} s"
+
+
 def shared_core_floor(world_size: int, config: TimingConfig) -> Result:
     """The c10d floor per call for ``world_size`` ranks on this machine's usable cores."""
     try:
@@ -101,19 +130,19 @@ def shared_core_floor(world_size: int, config: TimingConfig) -> Result:
     except ImportError as exc:  # torch built without its testing helpers
         return not_measured(FLOOR, "allreduce", world_size, 4, SKIPPED, str(exc))
     context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(world_size)
-    values = context.Array("d", world_size)
+    cores = len(os.sched_getaffinity(0))
+    # turns[c]: the rank whose turn it is on the c-th usable core (the first rank there begins).
+    turns = context.Array("i", list(range(cores)), lock=False)
+    shared = (context.Barrier(world_size), context.Array("d", world_size), turns)
     out = context.Queue()
     ranks = [
-        context.Process(target=_rank, args=(r, world_size, config, barrier, values, out))
+        context.Process(target=_rank, args=(r, world_size, config, shared, out))
         for r in range(world_size)
     ]
     for process in ranks:
         process.start()
     try:
-        kind, payload = out.get(timeout=_RESULT_TIMEOUT_S)
-    except queue.Empty:
-        kind, payload = "error", f"no result within {_RESULT_TIMEOUT_S:g} s"
+        kind, payload = _result(out, ranks)
     finally:
         for process in ranks:
             process.join(timeout=30.0)
