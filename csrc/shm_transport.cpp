@@ -153,14 +153,14 @@ size_t ringsBytes(int size) {
 
 WaitPolicy WaitPolicy::forGroup(int worldSize, long spinMicros) {
   WaitPolicy policy;
+  policy.shareCores = worldSize > usableCores();
   if (spinMicros >= 0) {
     policy.spin = std::chrono::microseconds(spinMicros);
-  } else if (worldSize > usableCores()) {
+  } else if (policy.shareCores) {
     // Oversubscribed: a rank waited for on another core is running and will publish within a
     // call's time, so poll a while for it; one waited for on this core gets it at once.
     policy.spin = std::chrono::microseconds(2);
   }
-  policy.shareCores = worldSize > usableCores();
   return policy;
 }
 
