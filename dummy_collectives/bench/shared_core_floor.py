@@ -36,11 +36,13 @@ import torch.distributed as dist
 
 from dummy_collectives.bench.baseline import FLOOR
 from dummy_collectives.bench.results import ERROR, SKIPPED, Result, measured, not_measured
+from dummy_collectives.bench.spawn import dead_ranks, stop
 from dummy_collectives.bench.timing import Timing, TimingConfig, measure
 
 CALLS_PER_TURN = 2
 _RESULT_TIMEOUT_S = 300.0
 _POLL_S = 1.0
+_JOIN_S = 30.0
 
 
 class ProcessSync:
@@ -120,9 +122,9 @@ def _result(out: Any, ranks: list[Any]) -> tuple[str, Any]:
         try:
             return out.get(timeout=_POLL_S)
         except queue.Empty:
-            dead = [f"rank {r} exit {p.exitcode}" for r, p in enumerate(ranks) if p.exitcode]
+            dead = dead_ranks(ranks)
             if dead:
-                return "error", f"ranks died ({', '.join(dead)})"
+                return "error", f"ranks died ({dead})"
     return "error", f"no result within {_RESULT_TIMEOUT_S:g} s"
 
 
@@ -147,11 +149,7 @@ def shared_core_floor(world_size: int, config: TimingConfig) -> Result:
     try:
         kind, payload = _result(out, ranks)
     finally:
-        for process in ranks:
-            process.join(timeout=30.0)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        stop(ranks, _JOIN_S)
     if kind != "ok":
         return not_measured(FLOOR, "allreduce", world_size, 4, ERROR, str(payload))
     return measured(FLOOR, "allreduce", world_size, 4, 4, _per_call(payload))

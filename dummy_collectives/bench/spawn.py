@@ -33,7 +33,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _dead_ranks(processes: list[Any]) -> str:
+def dead_ranks(processes: list[Any]) -> str:
+    """'rank R exit C' for every process that exited with an error, comma-separated."""
     dead = [f"rank {i} exit {p.exitcode}" for i, p in enumerate(processes) if p.exitcode]
     return ", ".join(dead)
 
@@ -52,7 +53,7 @@ def _collect(
         try:
             message = messages.get(timeout=_POLL_S)
         except queue.Empty:
-            dead = _dead_ranks(processes)
+            dead = dead_ranks(processes)
             if dead:
                 outcome.notes.append(f"ws={ws}: ranks died ({dead})")
                 return False
@@ -77,7 +78,7 @@ def _collect(
         deadline = time.monotonic() + spec.plan.timeout_s
 
 
-def _stop(processes: list[Any], grace_s: float) -> None:
+def stop(processes: list[Any], grace_s: float) -> None:
     """Joins the ranks; kills (by process object) those still alive after ``grace_s``."""
     end = time.monotonic() + grace_s
     for process in processes:
@@ -104,5 +105,5 @@ def run_world(spec: WorldSpec, emit: Callable[[Result], None]) -> Outcome:
     try:
         finished = _collect(spec, messages, processes, emit, outcome)
     finally:
-        _stop(processes, _JOIN_S if finished else _FAILED_JOIN_S)
+        stop(processes, _JOIN_S if finished else _FAILED_JOIN_S)
     return outcome
