@@ -282,6 +282,7 @@ DummyBackend::DummyBackend(
         options_->bufferBytes,
         WaitPolicy::forGroup(size, options_->spinMicros),
         options_->peerAccess,
+        options_->peerAccessMinSpeed,
         std::vector<GroupSetting>{
             {"one_shot_max_bytes (DUMMY_COLLECTIVES_ONE_SHOT_MAX_BYTES)",
              options_->oneShotMaxBytes},

@@ -4,6 +4,7 @@
 #include <torch/python.h>
 
 #include <dummy_collectives/backend.hpp>
+#include <dummy_collectives/cross_memory.hpp>
 #include <dummy_collectives/work.hpp>
 #include <dummy_collectives/reduce_kernel.hpp>
 #include <dummy_collectives/shm_segment.hpp>
@@ -26,6 +27,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::optional<bool> peerAccess,
                       std::optional<size_t> peerAccessMinBytes,
                       std::optional<size_t> peerAccessMaxBytes,
+                      std::optional<double> peerAccessMinSpeed,
                       std::optional<long> spinUs,
                       std::optional<int> threads,
                       std::optional<bool> cudaIpc,
@@ -50,6 +52,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             }
             if (peerAccessMaxBytes) {
               options->peerAccessMaxBytes = *peerAccessMaxBytes;
+            }
+            if (peerAccessMinSpeed) {
+              TORCH_CHECK_VALUE(
+                  *peerAccessMinSpeed >= 0.0, "peer_access_min_speed must be >= 0");
+              options->peerAccessMinSpeed = *peerAccessMinSpeed;
             }
             if (spinUs) {
               options->spinMicros = *spinUs;
@@ -78,6 +85,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("peer_access") = py::none(),
           py::arg("peer_access_min_bytes") = py::none(),
           py::arg("peer_access_max_bytes") = py::none(),
+          py::arg("peer_access_min_speed") = py::none(),
           py::arg("spin_us") = py::none(),
           py::arg("threads") = py::none(),
           py::arg("cuda_ipc") = py::none(),
@@ -94,6 +102,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("peer_access", &BackendOptions::peerAccess)
       .def_readwrite("peer_access_min_bytes", &BackendOptions::peerAccessMinBytes)
       .def_readwrite("peer_access_max_bytes", &BackendOptions::peerAccessMaxBytes)
+      .def_readwrite("peer_access_min_speed", &BackendOptions::peerAccessMinSpeed)
       .def_readwrite("spin_us", &BackendOptions::spinMicros)
       .def_readwrite("threads", &BackendOptions::threads)
       .def_readwrite("cuda_ipc", &BackendOptions::cudaIpc)
@@ -147,5 +156,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "reduce_capability",
       &dummy_collectives::reduceCapability,
       "The instruction set the reduction kernels use on this CPU.");
+  m.def(
+      "cross_memory_copy_speed",
+      &dummy_collectives::cross_memory::copySpeed,
+      "How fast the kernel copies another process's memory (process_vm_readv) against memcpy "
+      "in this process, as a fraction of memcpy's speed (0 where it cannot); peer access is "
+      "used only at or above Options.peer_access_min_speed. Measured on the first call.",
+      py::call_guard<py::gil_scoped_release>());
   m.attr("SHM_NAME_PREFIX") = std::string(dummy_collectives::ShmSegment::kNamePrefix).substr(1);
 }

@@ -37,6 +37,24 @@ long long envInteger(const char* name, long long fallback, long long minimum) {
   return value;
 }
 
+double envNumber(const char* name, double fallback, double minimum) {
+  const char* text = env(name);
+  if (text == nullptr) {
+    return fallback;
+  }
+  char* end = nullptr;
+  const double value = std::strtod(text, &end);
+  TORCH_CHECK_VALUE(
+      end != text && end != nullptr && *end == '\0' && value >= minimum,
+      "dummy_collectives: environment variable ",
+      name,
+      "='",
+      text,
+      "' is not a number >= ",
+      minimum);
+  return value;
+}
+
 } // namespace
 
 Mode parseMode(const std::string& text) {
@@ -67,6 +85,8 @@ BackendOptions::BackendOptions() : c10d::Backend::Options("dummy") {
       "DUMMY_COLLECTIVES_PEER_ACCESS_MIN_BYTES", static_cast<long long>(peerAccessMinBytes), 0));
   peerAccessMaxBytes = static_cast<size_t>(envInteger(
       "DUMMY_COLLECTIVES_PEER_ACCESS_MAX_BYTES", static_cast<long long>(peerAccessMaxBytes), 0));
+  peerAccessMinSpeed =
+      envNumber("DUMMY_COLLECTIVES_PEER_ACCESS_MIN_SPEED", peerAccessMinSpeed, 0.0);
   spinMicros = static_cast<long>(envInteger("DUMMY_COLLECTIVES_SPIN_US", spinMicros, -1));
   threads = static_cast<int>(envInteger("DUMMY_COLLECTIVES_THREADS", threads, -1));
   cudaIpc = envInteger("DUMMY_COLLECTIVES_CUDA_IPC", cudaIpc ? 1 : 0, 0) != 0;

@@ -182,12 +182,14 @@ ShmTransport::ShmTransport(
     size_t slotBytes,
     WaitPolicy policy,
     bool peerAccess,
+    double peerAccessMinSpeed,
     std::vector<GroupSetting> settings)
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
       policy_(policy),
-      peerAccessWanted_(peerAccess) {
+      peerAccessWanted_(peerAccess),
+      peerAccessMinSpeed_(peerAccessMinSpeed) {
   const size_t bytes = segmentBytes(size, slotBytes_);
   settings.insert(
       settings.begin(),
@@ -350,7 +352,7 @@ bool ShmTransport::sharePointers(const void* mine, const void** all) {
     // Every rank has connected (and published its probe word) before publishing a step. One
     // rank that cannot reach one peer turns peer access off for the whole group: an algorithm
     // reaches every rank, so it is all or nothing.
-    *static_cast<uint8_t*>(writeSlot()) = peerAccessWanted_ && canReachAllPeers() ? 1 : 0;
+    *static_cast<uint8_t*>(writeSlot()) = wantsPeerAccess() ? 1 : 0;
     exchange();
     bool everyone = true;
     for (int r = 0; r < size_; ++r) {
@@ -359,6 +361,14 @@ bool ShmTransport::sharePointers(const void* mine, const void** all) {
     peerAccess_ = everyone ? PeerAccess::kYes : PeerAccess::kNo;
   }
   return peerAccess_ == PeerAccess::kYes;
+}
+
+bool ShmTransport::wantsPeerAccess() const {
+  // Where the kernel copies slowly, the slots are faster at every size; measuring costs ~0.2 ms
+  // once per process, so only a rank that would otherwise say yes pays it.
+  return peerAccessWanted_ &&
+      (peerAccessMinSpeed_ <= 0.0 || cross_memory::copySpeed() >= peerAccessMinSpeed_) &&
+      canReachAllPeers();
 }
 
 bool ShmTransport::canReachAllPeers() const {

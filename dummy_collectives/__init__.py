@@ -12,10 +12,23 @@ import atexit
 import torch  # noqa: F401  (loads libtorch, which the extension links against)
 import torch.distributed  # noqa: F401  (registers the c10d types the extension derives from)
 
-from dummy_collectives._C import DummyBackend, Options, _flush_at_exit, reduce_capability
+from dummy_collectives._C import (
+    DummyBackend,
+    Options,
+    _flush_at_exit,
+    cross_memory_copy_speed,
+    reduce_capability,
+)
 from dummy_collectives._registration import BACKEND_NAME, register
 
-__all__ = ["BACKEND_NAME", "DummyBackend", "Options", "reduce_capability", "register"]
+__all__ = [
+    "BACKEND_NAME",
+    "DummyBackend",
+    "Options",
+    "cross_memory_copy_speed",
+    "reduce_capability",
+    "register",
+]
 
 register()
 # Before the interpreter finalises, finish what is still outstanding (README, faults):

@@ -113,7 +113,10 @@ def dead_peer_during_peer_access() -> dict[str, Any]:
     a write of a peer's memory."""
     rank = faultjob.rank()
     options = dummy_collectives.Options(
-        peer_access=True, peer_access_min_bytes=2**20, peer_access_max_bytes=2**26
+        peer_access=True,
+        peer_access_min_bytes=2**20,
+        peer_access_max_bytes=2**26,
+        peer_access_min_speed=0.0,  # wherever reachable, however fast the kernel copies
     )
     group = dist.new_group(backend="dummy", pg_options=options)
     t = torch.ones(2**21)

@@ -9,6 +9,7 @@ every rank and still give correct results; the tests that need the path then ski
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import pytest
@@ -19,15 +20,20 @@ from support import BIG_DTYPES, OPS, dtype_id, invalid_reason, make_op, rank_inp
 
 import dummy_collectives
 
-# Just past the one-shot algorithm (64 KiB), up to a few MiB.
-WINDOW = {"peer_access_min_bytes": 64 * 1024 + 1, "peer_access_max_bytes": 8 * 2**20}
+# Just past the one-shot algorithm (64 KiB), up to a few MiB; used wherever the ranks can reach
+# each other, however fast the kernel copies on this host, so the path is tested everywhere.
+WINDOW: dict[str, float] = {
+    "peer_access_min_bytes": 64 * 1024 + 1,
+    "peer_access_max_bytes": 8 * 2**20,
+    "peer_access_min_speed": 0.0,
+}
 # Odd element counts: parts of unequal length and tails shorter than a vector.
 SIZES = ((64 * 1024 + 4093,), (2**20 + 7,))
 
 pytestmark = support.requires_dummy
 
 
-def _group(peer_access: bool, **options: int) -> dist.ProcessGroup:
+def _group(peer_access: bool, **options: float) -> dist.ProcessGroup:
     return dist.new_group(
         backend="dummy",
         pg_options=dummy_collectives.Options(peer_access=peer_access, **options),
@@ -156,11 +162,18 @@ def test_peer_access_gathers_match_the_inputs(pool: support.PoolFactory, world_s
     _skip_if_off(states.pop())
 
 
-def check_one_rank_declines() -> dict[str, object]:
-    """Rank 1 turns peer access off: every rank falls back, results stay exact."""
+def check_one_rank_declines(why: str) -> dict[str, object]:
+    """Rank 1 declines peer access (``why``: its option is off, or it asks the kernel's copy for
+    more speed than any host has): every rank falls back, results stay exact."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     failures: list[str] = []
-    group = _group(rank != 1, **WINDOW)
+    options = dict(WINDOW)
+    wanted = True
+    if rank == 1 and why == "option":
+        wanted = False
+    elif rank == 1:
+        options["peer_access_min_speed"] = 1e9
+    group = _group(wanted, **options)
     shape = SIZES[1]
     for step in range(2):  # the first decides; the second runs as decided
         inputs = [rank_input(r, shape, torch.float32, seed=step) for r in range(ws)]
@@ -171,9 +184,10 @@ def check_one_rank_declines() -> dict[str, object]:
     return _finish(group, failures)
 
 
+@pytest.mark.parametrize("why", ["option", "speed"])
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_peer_access_is_all_or_none(pool: support.PoolFactory, world_size: int) -> None:
-    summaries = pool(world_size).run_ok(check_one_rank_declines)
+def test_peer_access_is_all_or_none(pool: support.PoolFactory, world_size: int, why: str) -> None:
+    summaries = pool(world_size).run_ok(check_one_rank_declines, why)
     support.assert_no_failures([s["failures"] for s in summaries])
     assert summaries[0]["states"] == ["off"] * world_size
 
@@ -196,3 +210,13 @@ def test_ranks_must_agree_on_the_peer_access_window(pool: support.PoolFactory) -
     assert outcomes[0] == "created"
     assert "peer_access_min_bytes" in outcomes[1] and "rank 1 uses 2097152" in outcomes[1], outcomes
     assert "rank 0 uses 1048576" in outcomes[1], outcomes
+
+
+def test_cross_memory_copy_speed_is_measured_once() -> None:
+    """The speed peer access is held to: a fraction of memcpy's, measured once per process."""
+    speed = dummy_collectives.cross_memory_copy_speed()
+    assert math.isfinite(speed) and speed >= 0.0, speed
+    assert dummy_collectives.cross_memory_copy_speed() == speed
+    assert dummy_collectives.Options().peer_access_min_speed == 0.5
+    with pytest.raises(ValueError, match="peer_access_min_speed must be >= 0"):
+        dummy_collectives.Options(peer_access_min_speed=-1.0)

@@ -39,6 +39,10 @@ struct BackendOptions : c10d::Backend::Options {
   bool peerAccess = true;
   size_t peerAccessMinBytes = size_t{128} << 10;
   size_t peerAccessMaxBytes = size_t{32} << 20;
+  // Peer access pays only where the kernel's cross-memory copy is fast: each rank measures it
+  // against memcpy once (cross_memory::copySpeed) and turns peer access down below this fraction.
+  // 0: use it wherever the ranks can reach each other.
+  double peerAccessMinSpeed = 0.5;
   // How long a waiting rank busy-polls before yielding and then sleeping. -1: choose from the
   // number of ranks and usable cores.
   long spinMicros = -1;

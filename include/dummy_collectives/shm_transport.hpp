@@ -73,6 +73,7 @@ class ShmTransport final : public Transport {
       size_t slotBytes,
       WaitPolicy policy,
       bool peerAccess, // BackendOptions::peerAccess
+      double peerAccessMinSpeed, // BackendOptions::peerAccessMinSpeed
       std::vector<GroupSetting> settings);
   ~ShmTransport() override;
 
@@ -132,6 +133,8 @@ class ShmTransport final : public Transport {
   void checkPeers(uint64_t step);
   // Whether this rank can read and write every peer's memory (once every rank has connected).
   bool canReachAllPeers() const;
+  // This rank's vote on peer access: asked for, fast enough here, every peer reachable.
+  bool wantsPeerAccess() const;
   // Raises (aborting the group) for a failed read or write of a peer's memory.
   [[noreturn]] void failPeerAccess(int r, const char* what, size_t bytes, int error);
   void checkDescriptors(uint64_t step) const;
@@ -151,6 +154,7 @@ class ShmTransport final : public Transport {
   // on this rank), then decided by the group on first use, alike on every rank.
   enum class PeerAccess : uint8_t { kUndecided, kYes, kNo };
   bool peerAccessWanted_;
+  double peerAccessMinSpeed_;
   std::atomic<PeerAccess> peerAccess_{PeerAccess::kUndecided};
 
   int cpu_ = -1; // the CPU noteCpu() last saw
