@@ -16,7 +16,7 @@ import pytest
 import support
 
 from dummy_collectives.bench import targets
-from dummy_collectives.bench.results import Result, measured
+from dummy_collectives.bench.results import Result, best_of_passes, measured, not_measured
 from dummy_collectives.bench.shared_core_floor import shared_core_floor
 from dummy_collectives.bench.timing import Timing, TimingConfig
 
@@ -34,6 +34,8 @@ def test_bench_quick_writes_report(tmp_path: Path) -> None:
         "4,64K",
         "--rounds",
         "1",
+        "--passes",
+        "2",
         "--peers",
         "none",
         "--no-plot",
@@ -42,11 +44,43 @@ def test_bench_quick_writes_report(tmp_path: Path) -> None:
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "[pass 2 of 2]" in done.stdout, done.stdout[-3000:]
     report = (tmp_path / "report.md").read_text()
     assert "### allreduce, 2 ranks" in report, report
+    assert "in each of 2 passes" in report, report
     results = json.loads((tmp_path / "results.json").read_text())
     measured = json.dumps(results)
     assert '"dummy"' in measured and '"gloo"' in measured, measured[:2000]
+    # One result per point, holding the round of each pass.
+    points = [
+        (r["backend"], r["size"]) for r in results["results"] if r["collective"] == "allreduce"
+    ]
+    assert sorted(points) == sorted(set(points)) and len(points) == 4, points
+    assert all(len(r["rounds_s"]) == 2 for r in results["results"]), results["results"]
+
+
+def test_best_of_passes_keeps_each_points_fastest_pass() -> None:
+    def timed(backend: str, size: int, rounds: list[float]) -> Result:
+        timing = Timing(best_s=min(rounds), median_s=rounds[0], rounds_s=rounds, iters=10)
+        return measured(backend, "allreduce", 2, size, size, timing)
+
+    failed = not_measured("gloo", "allreduce", 2, 4, "error", "rank 1 died")
+    first = [timed("dummy", 4, [5e-6, 6e-6]), failed, timed("dummy", 1024, [9e-6])]
+    second = [
+        timed("dummy", 4, [4e-6, 7e-6]),
+        timed("gloo", 4, [2e-4]),
+        timed("dummy", 1024, [8e-6]),
+    ]
+    merged = best_of_passes(first + second)
+    assert [(r.backend, r.size) for r in merged] == [("dummy", 4), ("gloo", 4), ("dummy", 1024)]
+    dummy4, gloo4, dummy1k = merged
+    assert dummy4.time_s == 4e-6 and dummy4.rounds_s == [5e-6, 6e-6, 4e-6, 7e-6]
+    assert dummy4.median_s == pytest.approx(5.5e-6)
+    assert dummy4.busbw == pytest.approx(4 / 4e-6)  # bandwidth of the pass kept
+    assert gloo4.ok and gloo4.time_s == 2e-4  # a failed pass gives way to a measured one
+    assert dummy1k.time_s == 8e-6
+    only_failed = best_of_passes([failed, failed])
+    assert len(only_failed) == 1 and only_failed[0].note == "rank 1 died"
 
 
 def _point(backend: str, time_s: float) -> Result:

@@ -61,6 +61,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, help="warm-up iterations (default 5)")
     p.add_argument("--max-iters", type=int, default=100_000, help="iterations per round, at most")
     p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="passes over every world size, backends and peers in turn, each point keeping its "
+        "best pass: on a shared machine a slow spell then hits every backend alike "
+        "(default %(default)s)",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         default=300.0,
@@ -105,8 +113,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         warmup=int(_pick(args.warmup, args.quick, 2, 5)),
         max_iters=args.max_iters,
     )
-    if timing.rounds < 1 or timing.round_time <= 0 or timing.max_iters < 1:
-        raise ValueError("--rounds, --round-time and --max-iters must be positive")
+    if timing.rounds < 1 or timing.round_time <= 0 or timing.max_iters < 1 or args.passes < 1:
+        raise ValueError("--rounds, --round-time, --max-iters and --passes must be positive")
     return Plan(
         collectives=collectives,
         sizes=tuple(sizes),
@@ -117,6 +125,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
         timing=timing,
         timeout_s=args.timeout,
         init_timeout_s=args.init_timeout,
+        passes=args.passes,
     )
 
 

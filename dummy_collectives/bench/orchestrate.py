@@ -26,7 +26,7 @@ from dummy_collectives.bench.report import (
     progress_line,
     write,
 )
-from dummy_collectives.bench.results import Result
+from dummy_collectives.bench.results import Result, best_of_passes
 from dummy_collectives.bench.shared_core_floor import shared_core_floor
 from dummy_collectives.bench.sizes import format_size
 from dummy_collectives.bench.spawn import free_port, run_world
@@ -56,7 +56,19 @@ def _baselines(run: RunData, device: torch.device) -> None:
 
 
 def _worlds(run: RunData) -> None:
-    """Per world size, one after the other: the torch ranks, DeepSpeed's ranks, Open MPI."""
+    """Per world size, one after the other: the torch ranks, DeepSpeed's ranks, Open MPI; all
+    of it once per pass, each point keeping its best pass."""
+    for index in range(run.plan.passes):
+        if run.plan.passes > 1:
+            _say(f"[pass {index + 1} of {run.plan.passes}]")
+        _pass(run)
+    if run.plan.passes > 1:
+        run.results = best_of_passes(run.results)
+        run.shared_floors = best_of_passes(run.shared_floors)
+
+
+def _pass(run: RunData) -> None:
+    """One pass over the world sizes."""
     deepspeed, openmpi = run.peers
     cores = run.machine.get("usable_cores") or 1
     for ws in run.plan.world_sizes:

@@ -34,6 +34,8 @@ class Plan:
     timing: TimingConfig
     timeout_s: float
     init_timeout_s: float
+    # Passes over every world size, backends and peers in turn; each point keeps its best pass.
+    passes: int = 1
 
     @property
     def points_per_world(self) -> int:

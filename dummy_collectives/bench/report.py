@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dummy_collectives import Options
 from dummy_collectives.bench.peers import PeerStatus
 from dummy_collectives.bench.plan import DUMMY, Plan
 from dummy_collectives.bench.results import Result
@@ -145,13 +146,35 @@ def _header(run: RunData) -> list[str]:
         f"- software: torch {m['torch']}, Python {m['python']}, dummy_collectives "
         f"{m['dummy_collectives']} ({m['git_commit']}), device {m['device']}",
         f"- timing: best of {t.rounds} rounds of ~{t.round_time:g} s (after up to {t.warmup} "
-        "warm-up iterations), each started by a barrier, max over ranks; float32; "
+        "warm-up iterations), each started by a barrier, max over ranks"
+        + (
+            f", in each of {run.plan.passes} passes over every world size (backends and peers "
+            "in turn), the best pass kept"
+            if run.plan.passes > 1
+            else ""
+        )
+        + "; float32; "
         "torch.set_num_threads(1) in every rank; DeepSpeed and Open MPI in processes of their "
         "own (DeepSpeed's with OMP_NUM_THREADS=1)",
         "- busbw per NCCL-tests (allreduce: algbw * 2(n-1)/n; allgather, reduce_scatter, "
         "alltoall, gather, scatter: algbw * (n-1)/n, size = the total buffer; broadcast, reduce: "
         "algbw); speed-up = other backend's time / dummy's time",
     ]
+    speed = m.get("cross_memory_copy_speed")
+    if speed is not None and DUMMY in run.plan.backends:
+        options = Options()  # what the ranks use: the same environment
+        wanted = options.peer_access_min_speed
+        if not options.peer_access:
+            use = "goes through its shared-memory slots (peer_access is off)"
+        elif speed >= wanted:
+            use = "uses it where the ranks can reach each other"
+        else:
+            use = "goes through its shared-memory slots instead"
+        lines.append(
+            f"- peer access: the kernel's cross-memory copy (process_vm_readv) ran at {speed:.2f}x "
+            f"memcpy's speed here; from {wanted:g}x (peer_access_min_speed) dummy's large "
+            f"collectives reach the peers' tensors with it, so here dummy {use}"
+        )
     load, cores = (m.get("load_average") or [0.0])[0], m.get("usable_cores") or 1
     if load >= LOADED:
         lines.append(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import statistics
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dummy_collectives.bench.layout import COLLECTIVES, busbw_factor
@@ -77,3 +78,31 @@ def not_measured(
 ) -> Result:
     """A skipped or failed point, with the reason."""
     return Result(backend, collective, world_size, size, status=status, note=note)
+
+
+def best_of_passes(results: list[Result]) -> list[Result]:
+    """One result per (backend, collective, world size, size) point from several passes over
+    the same plan: the pass with the lowest time, its rounds joined by every measured pass's (so
+    the median covers them all). A point measured in no pass keeps its first pass's reason.
+    Order: each point where it first appeared."""
+    points: dict[tuple[str, str, int, int], list[Result]] = {}
+    for result in results:
+        key = (result.backend, result.collective, result.world_size, result.size)
+        points.setdefault(key, []).append(result)
+    merged: list[Result] = []
+    for group in points.values():
+        measured_ = [r for r in group if r.ok]
+        if not measured_:
+            merged.append(group[0])
+            continue
+        best = min(measured_, key=lambda r: r.time_s)
+        rounds = [t for r in measured_ for t in r.rounds_s]
+        merged.append(
+            replace(
+                best,
+                rounds_s=rounds,
+                median_s=statistics.median(rounds) if rounds else best.median_s,
+                round_iters=[i for r in measured_ for i in r.round_iters],
+            )
+        )
+    return merged
