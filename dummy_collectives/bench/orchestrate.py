@@ -42,7 +42,7 @@ def _emit(result: Result) -> None:
 
 
 def _baselines(run: RunData, device: torch.device) -> None:
-    """memcpy at every size and the c10d floor, in this (single-threaded) process."""
+    """memcpy at every size, in this (single-threaded) process."""
     for size in run.plan.sizes:
         copy = baseline.memcpy(size, device, run.plan.timing)
         run.memcpy.append(copy)
@@ -50,9 +50,15 @@ def _baselines(run: RunData, device: torch.device) -> None:
             f"[memcpy {format_size(size)} {device.type}] {format_time(copy.time_s)}"
             f"  {format_bw(copy.algbw)} GB/s"
         )
-    run.floor = baseline.c10d_floor(run.plan.timing)
-    floor = format_time(run.floor.time_s) if run.floor.ok else run.floor.note
+
+
+def _floor(run: RunData) -> None:
+    """The c10d floor, in this process; measured again in every pass, the best kept, like the
+    small messages held against it."""
+    measured = baseline.c10d_floor(run.plan.timing)
+    floor = format_time(measured.time_s) if measured.ok else measured.note
     _say(f"[c10d floor: FakeProcessGroup all_reduce 4B] {floor}")
+    run.floor = measured if run.floor is None else best_of_passes([run.floor, measured])[0]
 
 
 def _worlds(run: RunData) -> None:
@@ -69,6 +75,7 @@ def _worlds(run: RunData) -> None:
 
 def _pass(run: RunData) -> None:
     """One pass over the world sizes."""
+    _floor(run)
     deepspeed, openmpi = run.peers
     cores = run.machine.get("usable_cores") or 1
     for ws in run.plan.world_sizes:
