@@ -13,6 +13,22 @@ const char* env(const char* name) {
   return (value != nullptr && *value != '\0') ? value : nullptr;
 }
 
+// Raises for an environment variable whose text did not parse whole as a value >= minimum.
+template <typename T>
+void checkParsed(
+    const char* name, const char* text, const char* end, T value, T minimum, const char* kind) {
+  TORCH_CHECK_VALUE(
+      end != text && end != nullptr && *end == '\0' && value >= minimum,
+      "dummy_collectives: environment variable ",
+      name,
+      "='",
+      text,
+      "' is not ",
+      kind,
+      " >= ",
+      minimum);
+}
+
 long long envInteger(const char* name, long long fallback, long long minimum) {
   const char* text = env(name);
   if (text == nullptr) {
@@ -26,14 +42,7 @@ long long envInteger(const char* name, long long fallback, long long minimum) {
   } else if (end != nullptr && (*end == 'M' || *end == 'm')) {
     value <<= 20, ++end;
   }
-  TORCH_CHECK_VALUE(
-      end != text && end != nullptr && *end == '\0' && value >= minimum,
-      "dummy_collectives: environment variable ",
-      name,
-      "='",
-      text,
-      "' is not an integer >= ",
-      minimum);
+  checkParsed(name, text, end, value, minimum, "an integer");
   return value;
 }
 
@@ -44,14 +53,7 @@ double envNumber(const char* name, double fallback, double minimum) {
   }
   char* end = nullptr;
   const double value = std::strtod(text, &end);
-  TORCH_CHECK_VALUE(
-      end != text && end != nullptr && *end == '\0' && value >= minimum,
-      "dummy_collectives: environment variable ",
-      name,
-      "='",
-      text,
-      "' is not a number >= ",
-      minimum);
+  checkParsed(name, text, end, value, minimum, "a number");
   return value;
 }
 

@@ -364,8 +364,8 @@ bool ShmTransport::sharePointers(const void* mine, const void** all) {
 }
 
 bool ShmTransport::wantsPeerAccess() const {
-  // Where the kernel copies slowly, the slots are faster at every size; measuring costs ~0.2 ms
-  // once per process, so only a rank that would otherwise say yes pays it.
+  // Where the kernel copies slowly the slots win (on an AMD EPYC VM, at every size measured; see
+  // docs/design.md). Measuring costs ~0.2 ms once per process, and only when asked for.
   return peerAccessWanted_ &&
       (peerAccessMinSpeed_ <= 0.0 || cross_memory::copySpeed() >= peerAccessMinSpeed_) &&
       canReachAllPeers();
