@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from dummy_collectives import cross_memory_copy_speed
+
 
 def cpu_model() -> str:
     """The ``model name`` of /proc/cpuinfo, or what platform knows."""
@@ -46,16 +48,6 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def _cross_memory_copy_speed() -> float | None:
-    """The kernel's cross-memory copy against memcpy, as each dummy rank measures it to decide
-    on peer access (None without the extension)."""
-    try:
-        import dummy_collectives
-    except ImportError:
-        return None
-    return float(dummy_collectives.cross_memory_copy_speed())
-
-
 def machine_info(device: str) -> dict[str, Any]:
     """CPU model, cores, load, versions and date, for the JSON and the Markdown header."""
     info: dict[str, Any] = {
@@ -70,7 +62,8 @@ def machine_info(device: str) -> dict[str, Any]:
         "dummy_collectives": _version("dummy_collectives"),
         "git_commit": _git_commit(),
         "device": device,
-        "cross_memory_copy_speed": _cross_memory_copy_speed(),
+        # As each dummy rank measures it to decide on peer access.
+        "cross_memory_copy_speed": cross_memory_copy_speed(),
     }
     if device == "cuda" and torch.cuda.is_available():
         info["cuda_devices"] = [
