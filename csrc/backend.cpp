@@ -280,7 +280,7 @@ DummyBackend::DummyBackend(
         rank,
         size,
         options_->bufferBytes,
-        WaitPolicy::forGroup(size, options_->spinMicros),
+        options_->spinMicros,
         options_->peerAccess,
         options_->peerAccessMinSpeed,
         std::vector<GroupSetting>{
@@ -486,6 +486,10 @@ void DummyBackend::requireReal(const char* collective) const {
 
 std::string DummyBackend::peerAccess() const {
   return transport_ ? transport_->peerAccessState() : "off";
+}
+
+std::optional<bool> DummyBackend::sharesCores() const {
+  return transport_ ? transport_->sharesCores() : std::nullopt;
 }
 
 algorithms::PeerAccessWindow DummyBackend::peerAccessWindow() const {

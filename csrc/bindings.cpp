@@ -133,7 +133,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "peer_access",
           &DummyBackend::peerAccess,
           "Whether large allreduces and gathers reach the peers' tensors directly (cross memory "
-          "attach): 'on', 'off', or 'undecided' until the group's first one.");
+          "attach): 'on', 'off', or 'undecided' until the group's first one.")
+      .def_property_readonly(
+          "shares_cores",
+          &DummyBackend::sharesCores,
+          "Whether the group's ranks outnumber the CPUs they may run on (the union of their CPU "
+          "affinities), in which case a waiting rank hands its core over rather than polling; "
+          "None until the group's first collective.");
 
   // c10d hands our Work to Python as its base type; pybind then looks up the most derived type
   // first, and a type it does not know costs a failed lookup (hashing the type's name) on every

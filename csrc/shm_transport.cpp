@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -29,6 +30,8 @@ namespace dummy_collectives {
 constexpr uint64_t kMagic = 0x6475'6d6d'795f'6363ULL; // "dummy_cc"
 constexpr size_t kLine = 128;
 constexpr size_t kReasonBytes = 1024;
+// CPUs 0-1023, one bit each (what a plain cpu_set_t holds).
+using CpuMask = std::array<uint64_t, 16>;
 
 struct alignas(kLine) RankControl {
   // Steps this rank has published. Futex waits use its low 32 bits (little-endian first word).
@@ -45,6 +48,8 @@ struct alignas(kLine) RankControl {
   // The CPU this rank last ran on, kept only while ranks outnumber cores (WaitPolicy::shareCores)
   // and written only when it changes, so this line stays shared in every reader's cache.
   std::atomic<int32_t> cpu{-1};
+  // The CPUs this rank may run on, written before its first publish (see decideCoreSharing).
+  CpuMask cpus{};
 };
 static_assert(sizeof(std::atomic<uint64_t>) + 2 * sizeof(OpDescriptor) <= kLine);
 
@@ -119,13 +124,34 @@ bool processAlive(int32_t pid) {
   return state != 'Z' && state != 'X';
 }
 
-int usableCores() {
+// The CPUs this process may run on. Its main thread's (pid == tid): a wait may run on the engine
+// thread, whose mask was copied when the group was made, but `taskset`, numactl and Python's
+// os.sched_setaffinity(0, ...) pin the main thread.
+CpuMask affinityMask() {
+  CpuMask mask{};
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
-    return std::max(1, CPU_COUNT(&set));
+  if (::sched_getaffinity(::getpid(), sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) {
+        mask[cpu / 64] |= uint64_t{1} << (cpu % 64);
+      }
+    }
+  } else { // more CPUs than a cpu_set_t holds: assume every one
+    const int cpus = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, CPU_SETSIZE);
+    for (int cpu = 0; cpu < cpus; ++cpu) {
+      mask[cpu / 64] |= uint64_t{1} << (cpu % 64);
+    }
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  return mask;
+}
+
+int countCpus(const CpuMask& mask) {
+  int count = 0;
+  for (uint64_t word : mask) {
+    count += __builtin_popcountll(word);
+  }
+  return count;
 }
 
 size_t roundUp(size_t value, size_t to) {
@@ -151,9 +177,9 @@ size_t ringsBytes(int size) {
 
 } // namespace
 
-WaitPolicy WaitPolicy::forGroup(int worldSize, long spinMicros) {
+WaitPolicy WaitPolicy::make(bool shareCores, long spinMicros) {
   WaitPolicy policy;
-  policy.shareCores = worldSize > usableCores();
+  policy.shareCores = shareCores;
   if (spinMicros >= 0) {
     policy.spin = std::chrono::microseconds(spinMicros);
   } else if (policy.shareCores) {
@@ -180,14 +206,16 @@ ShmTransport::ShmTransport(
     int rank,
     int size,
     size_t slotBytes,
-    WaitPolicy policy,
+    long spinMicros,
     bool peerAccess,
     double peerAccessMinSpeed,
     std::vector<GroupSetting> settings)
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
-      policy_(policy),
+      policies_{WaitPolicy::make(false, spinMicros), WaitPolicy::make(true, spinMicros)},
+      // Until the group's first exchange, this rank's own CPUs are all it knows.
+      shareCores_(size > countCpus(affinityMask())),
       peerAccessWanted_(peerAccess),
       peerAccessMinSpeed_(peerAccessMinSpeed) {
   const size_t bytes = segmentBytes(size, slotBytes_);
@@ -432,7 +460,12 @@ void ShmTransport::failPeerAccess(int r, const char* what, size_t bytes, int err
 
 void ShmTransport::exchange() {
   const uint64_t step = nextStep_;
-  if (policy_.shareCores) {
+  const bool decided = coresDecided_.load(std::memory_order_relaxed);
+  if (!decided) {
+    // Read as late as this: ranks pinned after the group was made are pinned by now.
+    control(rank_).cpus = affinityMask();
+  }
+  if (policy().shareCores) {
     noteCpu();
   }
   std::atomic<uint64_t>& published = control(rank_).published;
@@ -442,6 +475,9 @@ void ShmTransport::exchange() {
     futexWakeAll(futexWord(published));
   }
   waitAll(step);
+  if (!decided) {
+    decideCoreSharing();
+  }
   // Advance before validating: a mismatch raises on every rank after this same step, and the
   // next collective must start from the next step on all of them.
   nextStep_ = step + 1;
@@ -466,7 +502,7 @@ void ShmTransport::waitFor(
     }
     const auto now = Clock::now();
     if (!clock.started) {
-      clock = {true, now, now + policy_.livenessPeriod};
+      clock = {true, now, now + policy().livenessPeriod};
       if (!opClockStarted_) {
         opClockStarted_ = true;
         opStart_ = now;
@@ -475,10 +511,11 @@ void ShmTransport::waitFor(
     }
     if (now >= clock.nextCheck) {
       check(now);
-      clock.nextCheck = now + policy_.livenessPeriod;
+      clock.nextCheck = now + policy().livenessPeriod;
     }
-    WaitPhase phase = policy_.phase(now - clock.start);
-    if (phase == WaitPhase::kSpin && policy_.shareCores) {
+    const WaitPolicy& policy = this->policy();
+    WaitPhase phase = policy.phase(now - clock.start);
+    if (phase == WaitPhase::kSpin && policy.shareCores) {
       noteCpu();
       if (coreWanted()) {
         phase = WaitPhase::kYield;
@@ -539,6 +576,27 @@ void ShmTransport::waitUntil(const std::function<bool()>& ready, const std::stri
       },
       // What is awaited here takes microseconds at least (a GPU kernel) and has no futex word.
       [] { std::this_thread::sleep_for(std::chrono::microseconds(50)); });
+}
+
+void ShmTransport::decideCoreSharing() {
+  // Every rank wrote its CPUs before publishing the step just awaited, so all ranks see the
+  // same masks and decide alike.
+  CpuMask all{};
+  for (int r = 0; r < size_; ++r) {
+    const CpuMask& cpus = control(r).cpus;
+    for (size_t w = 0; w < all.size(); ++w) {
+      all[w] |= cpus[w];
+    }
+  }
+  shareCores_.store(size_ > countCpus(all), std::memory_order_relaxed);
+  coresDecided_.store(true, std::memory_order_release);
+}
+
+std::optional<bool> ShmTransport::sharesCores() const {
+  if (!coresDecided_.load(std::memory_order_acquire)) {
+    return std::nullopt;
+  }
+  return shareCores_.load(std::memory_order_relaxed);
 }
 
 void ShmTransport::noteCpu() {

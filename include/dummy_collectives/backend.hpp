@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,9 @@ class DummyBackend final : public c10d::Backend {
   // "undecided" until the group's first collective in the peer-access window
   // (BackendOptions::peerAccess).
   std::string peerAccess() const;
+  // Whether the group's ranks outnumber the CPUs they may run on (their waits then hand cores
+  // over instead of polling); empty until the group's first collective.
+  std::optional<bool> sharesCores() const;
 
  private:
   // How a collective was issued: its timeout, and whether the caller waits for it at once

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ struct P2pChannel {
 // in Python, or briefly preempted by another process) costs microseconds to wait for by
 // polling, but a yield hands the core to whatever else is runnable for a whole scheduler slice.
 // That is what DeepSpeed's and Open MPI's shared-memory paths do too (they poll indefinitely).
+//
+// Whether ranks outnumber cores is a property of the group, not of one rank: ranks pinned to a
+// core each (taskset, numactl, a launcher's CPU binding) may each run on one CPU, yet no two
+// share one. So every rank publishes the CPUs it may run on, and the group compares its size
+// with their union once every rank has published (its first exchange).
 // What a waiting rank does next: busy-poll, yield its core, or sleep.
 enum class WaitPhase { kSpin, kYield, kSleep };
 
@@ -48,7 +54,8 @@ struct WaitPolicy {
   // last ran on this CPU (that rank cannot publish while we hold the core).
   bool shareCores = false;
 
-  static WaitPolicy forGroup(int worldSize, long spinMicros);
+  // spinMicros: BackendOptions::spinMicros (-1 picks the budget from shareCores).
+  static WaitPolicy make(bool shareCores, long spinMicros);
   // After `waited`: spin first, then yield, then sleep.
   WaitPhase phase(Clock::duration waited) const;
 };
@@ -71,7 +78,7 @@ class ShmTransport final : public Transport {
       int rank,
       int size,
       size_t slotBytes,
-      WaitPolicy policy,
+      long spinMicros, // BackendOptions::spinMicros
       bool peerAccess, // BackendOptions::peerAccess
       double peerAccessMinSpeed, // BackendOptions::peerAccessMinSpeed
       std::vector<GroupSetting> settings);
@@ -101,6 +108,9 @@ class ShmTransport final : public Transport {
   P2pChannel channel(int src, int dst) const;
   // "on", "off" or "undecided" (see sharePointers); any thread may ask.
   std::string peerAccessState() const;
+  // Whether the group's ranks outnumber the CPUs they may run on; empty until the group's first
+  // exchange (until then a wait goes by this rank's own CPUs). Any thread may ask.
+  std::optional<bool> sharesCores() const;
   // Why rank r can no longer take part (it died, or the group was aborted); empty if it can.
   std::string peerProblem(int r) const;
 
@@ -126,6 +136,12 @@ class ShmTransport final : public Transport {
   template <typename Ready, typename CoreWanted, typename Check, typename Sleep>
   void waitFor(
       WaitClock& clock, Ready&& ready, CoreWanted&& coreWanted, Check&& check, Sleep&& sleep);
+  // The policy a wait starting now follows.
+  const WaitPolicy& policy() const {
+    return policies_[shareCores_.load(std::memory_order_relaxed) ? 1 : 0];
+  }
+  // After the group's first exchange: whether its ranks outnumber the union of their CPUs.
+  void decideCoreSharing();
   // Where ranks share cores: record the CPU this rank runs on, for its peers' waits.
   void noteCpu();
   // Whether a rank from `from` on that has not yet published `target` last ran on our CPU.
@@ -145,7 +161,11 @@ class ShmTransport final : public Transport {
   int rank_;
   int size_;
   size_t slotBytes_;
-  WaitPolicy policy_;
+  // Indexed by shareCores_. The p2p thread waits while a collective may decide the sharing, so
+  // a wait picks a whole policy by one atomic read instead of reading fields being rewritten.
+  WaitPolicy policies_[2];
+  std::atomic<bool> shareCores_{false};
+  std::atomic<bool> coresDecided_{false};
   ShmSegment segment_;
   ControlBlock* ctl_ = nullptr;
   std::byte* data_ = nullptr;
