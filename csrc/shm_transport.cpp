@@ -138,8 +138,8 @@ CpuMask affinityMask() {
       }
     }
   } else { // more CPUs than a cpu_set_t holds: assume every one
-    const int cpus = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, CPU_SETSIZE);
-    for (int cpu = 0; cpu < cpus; ++cpu) {
+    const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+    for (int cpu = 0; cpu < std::clamp(cpus, 1, CPU_SETSIZE); ++cpu) {
       mask[cpu / 64] |= uint64_t{1} << (cpu % 64);
     }
   }

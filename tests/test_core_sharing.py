@@ -48,12 +48,12 @@ def check_core_sharing(layout: str) -> dict[str, object]:
             expected = reference(torch.float32, "SUM", inputs)
             support.check_reduced(failures, f"allreduce #{step}", "SUM", tensor, expected)
         after = backend.shares_cores
-        pins: list[object] = [None] * ws
+        pins: list[list[int]] = [[] for _ in range(ws)]
         dist.all_gather_object(pins, sorted(os.sched_getaffinity(0)))
         dist.destroy_process_group(group)
     finally:
         os.sched_setaffinity(0, saved)
-    union = set().union(*(set(p) for p in pins))  # type: ignore[arg-type]
+    union = set().union(*map(set, pins))
     return {
         "failures": failures,
         "before": before,
