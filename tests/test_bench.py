@@ -16,8 +16,8 @@ import pytest
 import support
 
 from dummy_collectives.bench import targets
+from dummy_collectives.bench.rank_floor import rank_floor
 from dummy_collectives.bench.results import Result, best_of_passes, measured, not_measured
-from dummy_collectives.bench.shared_core_floor import shared_core_floor
 from dummy_collectives.bench.timing import Timing, TimingConfig
 
 
@@ -103,38 +103,43 @@ def test_small_message_target_holds_the_time_above_the_c10d_floor_against_the_pe
     assert absolute.verdict == targets.FAIL, absolute.parts
 
 
-def test_small_message_target_uses_the_shared_core_floor_where_ranks_outnumber_cores() -> None:
-    """Where a floor was measured at the world size (ranks outnumber cores) the time above it
-    is held against the peers; the verdict also shows the time above the one-process floor.
-    Other world sizes keep the one-process floor."""
+def test_small_message_target_uses_the_floor_measured_at_the_world_size() -> None:
+    """Where a floor was measured at the world size the time above it is held against the
+    peers; the verdict also shows the time above the one-process floor. World sizes without
+    one keep the one-process floor."""
 
     def point(backend: str, ws: int, time_s: float) -> Result:
         return Result(backend, "allreduce", ws, 4, nbytes=4, time_s=time_s)
 
     floor = Result("c10d-floor", "allreduce", 1, 4, nbytes=4, time_s=4.0e-6)
-    shared = Result("c10d-floor", "allreduce", 4, 4, nbytes=4, time_s=16.0e-6)
+    four_ranks = Result("c10d-floor", "allreduce", 4, 4, nbytes=4, time_s=16.0e-6)
     four = [point("dummy", 4, 20e-6), point("gloo", 4, 900e-6), point("openmpi", 4, 7e-6)]
-    (verdict,) = targets.evaluate(four, "cpu", floor, [shared])
+    (verdict,) = targets.evaluate(four, "cpu", floor, [four_ranks])
     assert verdict.verdict == targets.PASS, verdict.parts
-    assert "4.00 us above the 4-rank shared-core c10d floor" in verdict.parts[1], verdict.parts
+    assert "4.00 us above the 4-rank c10d floor" in verdict.parts[1], verdict.parts
     assert "16.00 us above the one-process floor" in verdict.parts[2], verdict.parts
     (held_to_one,) = targets.evaluate(four, "cpu", floor)
     assert held_to_one.verdict == targets.FAIL, held_to_one.parts
     two = [point("dummy", 2, 5e-6), point("gloo", 2, 200e-6), point("openmpi", 2, 1.5e-6)]
-    (other_size,) = targets.evaluate(two, "cpu", floor, [shared])
+    (other_size,) = targets.evaluate(two, "cpu", floor, [four_ranks])
     assert "1.00 us above the c10d floor" in other_size.parts[1], other_size.parts
+    two_ranks = Result("c10d-floor", "allreduce", 2, 4, nbytes=4, time_s=4.5e-6)
+    (own_size,) = targets.evaluate(two, "cpu", floor, [four_ranks, two_ranks])
+    assert "0.50 us above the 2-rank c10d floor" in own_size.parts[1], own_size.parts
+    assert "1.00 us above the one-process floor" in own_size.parts[2], own_size.parts
 
 
 @pytest.mark.skipif(
-    not hasattr(os, "sched_setaffinity"), reason="the shared-core floor pins ranks to cores"
+    not hasattr(os, "sched_setaffinity"), reason="the rank floor pins ranks to cores"
 )
-def test_shared_core_floor_is_measured_in_rank_processes_of_its_own() -> None:
-    """Three FakeProcessGroup ranks (more than this machine's cores where it has two) run the
-    timing protocol together; the result is a time per call (two calls a turn)."""
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_rank_floor_is_measured_in_rank_processes_of_its_own(world_size: int) -> None:
+    """FakeProcessGroup ranks (two: a core each on the 2-core machine; three: more than its
+    cores) run the timing protocol together; the result is a time per call (two calls a turn)."""
     config = TimingConfig(rounds=2, round_time=0.02, warmup=2)
-    result = shared_core_floor(3, config)
+    result = rank_floor(world_size, config)
     assert result.ok, result.note
-    assert result.world_size == 3 and result.backend == "c10d-floor"
+    assert result.world_size == world_size and result.backend == "c10d-floor"
     assert 0 < result.time_s < 1e-3, result
     assert result.iters % 2 == 0, result  # two calls a turn
 

@@ -3,15 +3,14 @@
 It compares the ``dummy`` backend with gloo (and NCCL on CUDA) in the same rank processes,
 with DeepSpeed's shared-memory allreduce and Open MPI where they are installed (each in rank
 processes of its own, run after the torch ranks), and puts the numbers beside two references
-measured in the same run: the c10d call path on PyTorch's FakeProcessGroup (the floor; where
-ranks outnumber cores, also at that world size) and single-thread ``copy_`` bandwidth (the
-physical limit).
+measured in the same run: the c10d call path on PyTorch's FakeProcessGroup (the floor, in one
+process and at each world size) and single-thread ``copy_`` bandwidth (the physical limit).
 
 Modules: :mod:`.cli` (arguments), :mod:`.orchestrate` (the run), :mod:`.spawn` and
 :mod:`.runner` (spawned rank processes), :mod:`.peers` (DeepSpeed and Open MPI drivers),
 :mod:`.deepspeed_peer` and :mod:`.mpi_peer` (the programs they start), :mod:`.timing` (the
 timing protocol they all share), :mod:`.baseline` (memcpy and floor),
-:mod:`.shared_core_floor` (the floor where ranks outnumber cores), :mod:`.targets` (the
+:mod:`.rank_floor` (the floor at a world size), :mod:`.targets` (the
 project's targets), :mod:`.report` and :mod:`.plot` (output).
 Nothing here is imported by ``import dummy_collectives``.
 """

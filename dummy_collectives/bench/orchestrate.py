@@ -18,6 +18,7 @@ from dummy_collectives.bench.peers import (
 )
 from dummy_collectives.bench.plan import DUMMY, Plan, WorldSpec
 from dummy_collectives.bench.plot import plot
+from dummy_collectives.bench.rank_floor import rank_floor
 from dummy_collectives.bench.report import (
     RunData,
     format_bw,
@@ -27,7 +28,6 @@ from dummy_collectives.bench.report import (
     write,
 )
 from dummy_collectives.bench.results import Result, best_of_passes
-from dummy_collectives.bench.shared_core_floor import shared_core_floor
 from dummy_collectives.bench.sizes import format_size
 from dummy_collectives.bench.spawn import free_port, run_world
 from dummy_collectives.bench.targets import evaluate
@@ -70,7 +70,7 @@ def _worlds(run: RunData) -> None:
         _pass(run)
     if run.plan.passes > 1:
         run.results = best_of_passes(run.results)
-        run.shared_floors = best_of_passes(run.shared_floors)
+        run.rank_floors = best_of_passes(run.rank_floors)
 
 
 def _pass(run: RunData) -> None:
@@ -79,10 +79,10 @@ def _pass(run: RunData) -> None:
     deepspeed, openmpi = run.peers
     cores = run.machine.get("usable_cores") or 1
     for ws in run.plan.world_sizes:
-        if ws > cores and run.plan.device == "cpu" and DUMMY in run.plan.backends:
-            shared = shared_core_floor(ws, run.plan.timing)
-            run.shared_floors.append(shared)
-            floor = format_time(shared.time_s) if shared.ok else shared.note
+        if ws > 1 and run.plan.device == "cpu" and DUMMY in run.plan.backends:
+            at_size = rank_floor(ws, run.plan.timing)
+            run.rank_floors.append(at_size)
+            floor = format_time(at_size.time_s) if at_size.ok else at_size.note
             _say(f"[ws={ws}] c10d floor for {ws} ranks on {cores} cores: {floor}")
         if run.plan.backends:
             _say(f"[ws={ws}] starting {ws} rank processes ({', '.join(run.plan.backends)})")
@@ -108,7 +108,7 @@ def _pass(run: RunData) -> None:
 def _finish(run: RunData, out: Path, plot_png: bool) -> None:
     if hasattr(os, "getloadavg"):
         run.machine["load_average_end"] = list(os.getloadavg())
-    run.verdicts = evaluate(run.results, run.plan.device, run.floor, run.shared_floors)
+    run.verdicts = evaluate(run.results, run.plan.device, run.floor, run.rank_floors)
     text = markdown(run)
     md_path, json_path = write(run, out)
     _say("\n" + text)

@@ -27,8 +27,8 @@ class RunData:
     plan: Plan
     peers: list[PeerStatus]
     floor: Result | None = None
-    # The c10d floor at world sizes where ranks outnumber cores (shared_core_floor).
-    shared_floors: list[Result] = field(default_factory=list)
+    # The c10d floor at each world size, in rank processes of its own (rank_floor).
+    rank_floors: list[Result] = field(default_factory=list)
     memcpy: list[Result] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -45,7 +45,7 @@ class RunData:
             "settings": asdict(self.plan),
             "peers": [asdict(peer) for peer in self.peers],
             "floor": self.floor.to_dict() if self.floor else None,
-            "shared_core_floors": [r.to_dict() for r in self.shared_floors],
+            "rank_floors": [r.to_dict() for r in self.rank_floors],
             "memcpy": [r.to_dict() for r in self.memcpy],
             "results": [r.to_dict() for r in self.results],
             "targets": [v.to_dict() for v in self.verdicts],
@@ -111,7 +111,7 @@ def _table(run: RunData, ws: int, collective: str) -> list[str]:
     backends = [b for b in BACKEND_ORDER if any(r.backend == b for r in rows)]
     others = [b for b in backends if b != DUMMY] if DUMMY in backends else []
     allreduce = collective == "allreduce"
-    floor = floor_for(ws, run.floor, run.shared_floors) if allreduce else None
+    floor = floor_for(ws, run.floor, run.rank_floors) if allreduce else None
     head = ["size"] + [f"{b} time" for b in backends]
     head += ["c10d floor"] if floor is not None else []
     head += [f"{b} busbw GB/s" for b in backends]
@@ -186,13 +186,17 @@ def _header(run: RunData) -> list[str]:
         floor = format_time(run.floor.time_s) if run.floor.ok else f"{run.floor.status}"
         lines.append(f"- c10d floor (FakeProcessGroup, all_reduce of 1 float32): {floor}")
     cores = m.get("usable_cores")
-    for shared in run.shared_floors:
-        floor = format_time(shared.time_s) if shared.ok else f"{shared.status}: {shared.note}"
+    for at_size in run.rank_floors:
+        floor = format_time(at_size.time_s) if at_size.ok else f"{at_size.status}: {at_size.note}"
+        how = (
+            "pinned to the cores, taking turns on each, two calls a turn: the fewest hand-offs "
+            "a collective allows"
+            if cores is not None and at_size.world_size > cores
+            else "at once, one pinned to each core, barrier-started rounds, max over the ranks"
+        )
         lines.append(
-            f"- c10d floor for {shared.world_size} ranks on {cores} cores (FakeProcessGroup "
-            "ranks pinned to the cores, taking turns on each, two calls a turn: the fewest "
-            "hand-offs a collective allows; held against small allreduces at this world size): "
-            f"{floor}"
+            f"- c10d floor for {at_size.world_size} ranks on {cores} cores (FakeProcessGroup "
+            f"ranks {how}; held against small allreduces at this world size): {floor}"
         )
     lines += [f"- {peer.detail}" for peer in run.peers]
     return lines + [""]

@@ -6,10 +6,10 @@ CPU tensors, 2 ranks or more:
   DeepSpeed and Open MPI. Every c10d backend pays the c10d call path (the "floor": PyTorch's
   FakeProcessGroup, which moves nothing, measured in the same run), which alone takes longer
   than Open MPI's whole allreduce from C; so, as ../shared/ANCHORS.md sets it, the time
-  dummy spends above that floor is what is held against the faster peer. Where ranks
-  outnumber cores the floor is the one measured at that world size
-  (:mod:`.shared_core_floor`: the ranks sharing a core take turns on it). The report shows the
-  absolute comparison, and the time above the one-process floor, too;
+  dummy spends above that floor is what is held against the faster peer. The floor is the one
+  measured at that world size (:mod:`.rank_floor`: as many FakeProcessGroup ranks, running at
+  once, taking turns where they share a core), else the one-process floor. The report shows
+  the absolute comparison, and the time above the one-process floor, too;
 - messages >= 1 MiB: at least 3x gloo's busbw, and ahead of both peers.
 
 CUDA tensors (ranks sharing one GPU):
@@ -172,14 +172,14 @@ def evaluate_point(
 
 
 def floor_for(
-    world_size: int, floor: Result | None, shared_floors: list[Result] | tuple[Result, ...] = ()
+    world_size: int, floor: Result | None, rank_floors: list[Result] | tuple[Result, ...] = ()
 ) -> Floor | None:
     """The floor a ``world_size``-rank allreduce is held to: the one measured at that world size
-    where ranks outnumber cores (``shared_floors``), else the one-process ``floor``."""
+    (``rank_floors``), else the one-process ``floor``."""
     one = floor.time_s if floor is not None and floor.ok else None
-    for shared in shared_floors:
-        if shared.world_size == world_size and shared.ok:
-            return Floor(shared.time_s, f"the {world_size}-rank shared-core c10d floor", one)
+    for measured in rank_floors:
+        if measured.world_size == world_size and measured.ok:
+            return Floor(measured.time_s, f"the {world_size}-rank c10d floor", one)
     return Floor(one) if one is not None else None
 
 
@@ -187,11 +187,11 @@ def evaluate(
     results: list[Result],
     device: str,
     floor: Result | None = None,
-    shared_floors: list[Result] | tuple[Result, ...] = (),
+    rank_floors: list[Result] | tuple[Result, ...] = (),
 ) -> list[Verdict]:
     """Verdicts for every (world size, size) at which allreduce was attempted; ``floor`` is the
-    c10d floor measured in the same run, if it was, and ``shared_floors`` the floors measured
-    at world sizes where ranks outnumber cores."""
+    one-process c10d floor measured in the same run, if it was, and ``rank_floors`` the floors
+    measured at world sizes."""
     tables: dict[tuple[int, int], Table] = {}
     for result in results:
         if result.collective != "allreduce":
@@ -200,6 +200,6 @@ def evaluate(
         if result.ok:
             table[result.backend] = result
     return [
-        evaluate_point(ws, size, table, device, floor_for(ws, floor, shared_floors))
+        evaluate_point(ws, size, table, device, floor_for(ws, floor, rank_floors))
         for (ws, size), table in sorted(tables.items())
     ]

@@ -1,25 +1,33 @@
-"""The c10d floor where ranks outnumber cores, measured in rank processes of its own.
+"""The c10d floor at a world size, measured in rank processes of its own.
 
 The floor (:func:`dummy_collectives.bench.baseline.c10d_floor`) is what one c10d call costs
-with nothing moved: PyTorch's FakeProcessGroup, in one process. Where ranks outnumber cores,
-every c10d backend pays more than that per collective: the ranks sharing a core run their
-calls one after the other, and the core must pass between their processes, which costs a
-Python process several microseconds of cold caches each time (on the 2-core machine ~8 us,
-against ~1 us between two small C processes).
+with nothing moved: PyTorch's FakeProcessGroup, in one process. Ranks of a real group run
+their calls at the same time, as many processes, and every c10d backend pays what that costs:
+
+- Where each rank has a core, the processes run side by side. On the 2-core machine (an AMD
+  EPYC VM) two busy Python processes each took longer per call than one alone: FakeProcessGroup
+  rounds alternating one process and two, max over the two, measured 5.06 against 8.46 us and
+  4.91 against 5.94 us at the best round, and 0.6-1.9 us more at the median (of 30 pairs).
+- Where ranks outnumber cores, the ranks sharing a core run their calls one after the other,
+  and the core must pass between their processes, which costs a Python process several
+  microseconds of cold caches each time (on the 2-core machine ~8 us, against ~1 us between
+  two small C processes).
 
 How few hand-offs a collective can take: no rank finishes a collective before every rank has
 entered it, so no rank gets more than one collective ahead of another, and one turn on a core
 holds at most two of a rank's calls (finish the collective the others have entered, enter the
-next). So here ``world_size`` FakeProcessGroup ranks, pinned round-robin to the usable cores,
-take turns on each core: a turn is two ``dist.all_reduce`` calls, then the turn passes to the
-next rank on that core (a word in shared memory; a rank waits for its turn with
-``os.sched_yield``). They run the benchmark's timing protocol (barrier-started rounds, max over
-ranks, best round); the floor is that time per call. It leaves out what a real collective
-adds (waiting across cores, migrations), but it is not a strict lower bound: a forced turn can
-wait on the scheduler (a declined ``sched_yield``) where a backend's rank would have found
-other work, and the turn-passing adds a fraction of a microsecond of Python per turn. On the
-2-core machine it measured 18.8-25.9 us at 4 ranks, against dummy's bare-loop 18-20 us; so
-the report also shows every small allreduce's time above the one-process floor.
+next). So here ``world_size`` FakeProcessGroup ranks, pinned round-robin to the usable cores
+(one to a core where there are enough), take turns on each core: a turn is two
+``dist.all_reduce`` calls, then the turn passes to the next rank on that core (a word in shared
+memory; a rank waits for its turn with ``os.sched_yield``). They run the benchmark's timing
+protocol (barrier-started rounds, max over ranks, best round); the floor is that time per call.
+It leaves out what a real collective adds (waiting across cores, migrations), but it is not a
+strict lower bound: a forced turn can wait on the scheduler (a declined ``sched_yield``) where
+a backend's rank would have found other work, and the turn-passing adds a fraction of a
+microsecond of Python per turn. On the 2-core machine it measured 18.8-25.9 us at 4 ranks,
+against dummy's bare-loop 18-20 us. With a core each there is one rank to a core, no turn
+passes, and the rounds time what the ranks' calls cost side by side. Either way the report also
+shows every small allreduce's time above the one-process floor.
 """
 
 from __future__ import annotations
@@ -128,7 +136,7 @@ def _result(out: Any, ranks: list[Any]) -> tuple[str, Any]:
     return "error", f"no result within {_RESULT_TIMEOUT_S:g} s"
 
 
-def shared_core_floor(world_size: int, config: TimingConfig) -> Result:
+def rank_floor(world_size: int, config: TimingConfig) -> Result:
     """The c10d floor per call for ``world_size`` ranks on this machine's usable cores."""
     try:
         from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: F401
