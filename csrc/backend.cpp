@@ -681,8 +681,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
           d.allgather(t, outputs, input);
         });
   }
-  auto in = std::make_shared<HostStaging>(input);
-  auto outs = std::make_shared<std::vector<HostStaging>>(outputs.begin(), outputs.end());
   return submit(
       op,
       c10d::OpType::ALLGATHER,
@@ -690,17 +688,14 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
       inputTensors,
       outputs,
       issued(opts),
-      [in, outs, window = peerAccessWindow(), workers = workers_](Transport& t) {
-        std::vector<at::Tensor> hostOutputs;
-        hostOutputs.reserve(outs->size());
-        for (auto& out : *outs) {
-          hostOutputs.push_back(out.acquire(/*copyIn=*/false));
-        }
-        algorithms::allgather(t, in->acquire(/*copyIn=*/true), hostOutputs, window, workers.get());
-        in->release(/*copyOut=*/false);
-        for (auto& out : *outs) {
-          out.release(/*copyOut=*/true);
-        }
+      [in = HostStaging(input),
+       out = HostStagingList(outputs),
+       window = peerAccessWindow(),
+       workers = workers_](Transport& t) mutable {
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        algorithms::allgather(t, in.acquire(/*copyIn=*/true), hostOut, window, workers.get());
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       });
 }
 
@@ -728,8 +723,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
           d.allgatherBase(t, output, input);
         });
   }
-  auto in = std::make_shared<HostStaging>(inputBuffer);
-  auto out = std::make_shared<HostStaging>(outputBuffer);
   return submit(
       op,
       c10d::OpType::_ALLGATHER_BASE,
@@ -737,11 +730,14 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
       {inputBuffer},
       {outputBuffer},
       issued(opts),
-      [in, out, window = peerAccessWindow(), workers = workers_](Transport& t) {
-        at::Tensor& hostOut = out->acquire(/*copyIn=*/false);
-        algorithms::allgatherInto(t, in->acquire(/*copyIn=*/true), hostOut, window, workers.get());
-        in->release(/*copyOut=*/false);
-        out->release(/*copyOut=*/true);
+      [in = HostStaging(inputBuffer),
+       out = HostStaging(outputBuffer),
+       window = peerAccessWindow(),
+       workers = workers_](Transport& t) mutable {
+        at::Tensor& hostOut = out.acquire(/*copyIn=*/false);
+        algorithms::allgatherInto(t, in.acquire(/*copyIn=*/true), hostOut, window, workers.get());
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       });
 }
 
@@ -773,7 +769,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::broadcast(
           d.broadcast(t, tensor, root);
         });
   }
-  auto staged = std::make_shared<HostStaging>(tensor);
   return submit(
       op,
       c10d::OpType::BROADCAST,
@@ -781,9 +776,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::broadcast(
       tensors,
       tensors,
       issued(opts),
-      [staged, root, isRoot](Transport& t) {
-        algorithms::broadcast(t, staged->acquire(/*copyIn=*/isRoot), root);
-        staged->release(/*copyOut=*/!isRoot);
+      [staged = HostStaging(tensor), root, isRoot](Transport& t) mutable {
+        algorithms::broadcast(t, staged.acquire(/*copyIn=*/isRoot), root);
+        staged.release(/*copyOut=*/!isRoot);
       });
 }
 
@@ -835,8 +830,9 @@ void DummyBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitA
           "Rank 0 timed out in monitoredBarrier after ",
           timeout.count(),
           " ms. ",
-          processed.empty() ? std::string("No ranks successfully processed in monitoredBarrier.")
-                            : c10::str("Successfully processed ranks: ", c10::Join(", ", processed)));
+          processed.empty()
+              ? std::string("No ranks successfully processed in monitoredBarrier.")
+              : c10::str("Successfully processed ranks: ", c10::Join(", ", processed)));
     }
     try {
       std::vector<at::Tensor> in{token()};
@@ -898,7 +894,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
         resolveReduce(opts.reduceOp, t.scalar_type(), getSize(), "allreduce_coalesced", getRank()));
   }
   requireReal("allreduce_coalesced");
-  auto staged = std::make_shared<HostStagingList>(tensors);
   return submit(
       withLayout(
           describe(
@@ -914,12 +909,13 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
       tensors,
       tensors,
       issued(opts),
-      [staged, specs, plan = allreducePlan(), workers = workers_](Transport& t) {
-        std::vector<at::Tensor> hosts = staged->acquire(/*copyIn=*/true);
+      [staged = HostStagingList(tensors), specs, plan = allreducePlan(), workers = workers_](
+          Transport& t) mutable {
+        std::vector<at::Tensor> hosts = staged.acquire(/*copyIn=*/true);
         for (size_t i = 0; i < hosts.size(); ++i) {
           algorithms::allreduce(t, hosts[i], specs[i], plan, *workers);
         }
-        staged->release(/*copyOut=*/true);
+        staged.release(/*copyOut=*/true);
       });
 }
 
@@ -936,7 +932,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce(
   requireReal("reduce");
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = root == getRank();
-  auto staged = std::make_shared<HostStaging>(tensor);
   return submit(
       describe(CollectiveKind::kReduce, tensor, tensor.numel(), root, opts.reduceOp.op_),
       c10d::OpType::REDUCE,
@@ -944,10 +939,14 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce(
       tensors,
       tensors,
       issued(opts),
-      [staged, spec, root, isRoot, oneShot = options_->oneShotMaxBytes, workers = workers_](
-          Transport& t) {
-        algorithms::reduce(t, staged->acquire(/*copyIn=*/true), spec, root, oneShot, *workers);
-        staged->release(/*copyOut=*/isRoot);
+      [staged = HostStaging(tensor),
+       spec,
+       root,
+       isRoot,
+       oneShot = options_->oneShotMaxBytes,
+       workers = workers_](Transport& t) mutable {
+        algorithms::reduce(t, staged.acquire(/*copyIn=*/true), spec, root, oneShot, *workers);
+        staged.release(/*copyOut=*/isRoot);
       });
 }
 
@@ -978,8 +977,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
   requireReal("allgather_coalesced");
   const int ws = getSize();
   const size_t count = inputTensors.size();
-  auto in = std::make_shared<HostStagingList>(inputTensors);
-  auto out = std::make_shared<HostStagingList>(flatten(outputTensorLists));
   return submit(
       withLayout(
           describe(
@@ -995,9 +992,14 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
       inputTensors,
       flatten(outputTensorLists),
       issued(opts),
-      [in, out, ws, count, window = peerAccessWindow(), workers = workers_](Transport& t) {
-        std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
-        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
+      [in = HostStagingList(inputTensors),
+       out = HostStagingList(flatten(outputTensorLists)),
+       ws,
+       count,
+       window = peerAccessWindow(),
+       workers = workers_](Transport& t) mutable {
+        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
         for (size_t i = 0; i < count; ++i) {
           std::vector<at::Tensor> perRank;
           for (int r = 0; r < ws; ++r) {
@@ -1005,8 +1007,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
           }
           algorithms::allgather(t, hostIn[i], perRank, window, workers.get());
         }
-        in->release(/*copyOut=*/false);
-        out->release(/*copyOut=*/true);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       });
 }
 
@@ -1027,8 +1029,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
     check.like(outputs[i], inputs[i], inputs[i].numel() * getSize(), "an output tensor");
   }
   requireReal("allgather_into_tensor_coalesced");
-  auto in = std::make_shared<HostStagingList>(inputs);
-  auto out = std::make_shared<HostStagingList>(outputs);
   return submit(
       withLayout(
           describe(
@@ -1044,14 +1044,17 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
       inputs,
       outputs,
       issued(opts),
-      [in, out, window = peerAccessWindow(), workers = workers_](Transport& t) {
-        std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
-        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
+      [in = HostStagingList(inputs),
+       out = HostStagingList(outputs),
+       window = peerAccessWindow(),
+       workers = workers_](Transport& t) mutable {
+        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
         for (size_t i = 0; i < hostIn.size(); ++i) {
           algorithms::allgatherInto(t, hostIn[i], hostOut[i], window, workers.get());
         }
-        in->release(/*copyOut=*/false);
-        out->release(/*copyOut=*/true);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       });
 }
 
@@ -1068,8 +1071,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
   std::vector<at::Tensor> outputs =
       check.rootList(outputTensors, isRoot, root, input, "output", "the input");
   requireReal("gather");
-  auto in = std::make_shared<HostStaging>(input);
-  auto out = std::make_shared<HostStagingList>(outputs);
   return submit(
       describe(CollectiveKind::kGather, input, input.numel(), root),
       c10d::OpType::GATHER,
@@ -1077,11 +1078,15 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
       inputTensors,
       outputs,
       issued(opts),
-      [in, out, root, window = peerAccessWindow(), workers = workers_](Transport& t) {
-        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
-        algorithms::gather(t, in->acquire(/*copyIn=*/true), hostOut, root, window, workers.get());
-        in->release(/*copyOut=*/false);
-        out->release(/*copyOut=*/true);
+      [in = HostStaging(input),
+       out = HostStagingList(outputs),
+       root,
+       window = peerAccessWindow(),
+       workers = workers_](Transport& t) mutable {
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        algorithms::gather(t, in.acquire(/*copyIn=*/true), hostOut, root, window, workers.get());
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       });
 }
 
@@ -1098,8 +1103,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::scatter(
   std::vector<at::Tensor> inputs =
       check.rootList(inputTensors, isRoot, root, output, "input", "the output");
   requireReal("scatter");
-  auto in = std::make_shared<HostStagingList>(inputs);
-  auto out = std::make_shared<HostStaging>(output);
   return submit(
       describe(CollectiveKind::kScatter, output, output.numel(), root),
       c10d::OpType::SCATTER,
@@ -1107,10 +1110,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::scatter(
       inputs,
       outputTensors,
       issued(opts),
-      [in, out, root](Transport& t) {
-        algorithms::scatter(t, in->acquire(/*copyIn=*/true), out->acquire(/*copyIn=*/false), root);
-        in->release(/*copyOut=*/false);
-        out->release(/*copyOut=*/true);
+      [in = HostStagingList(inputs), out = HostStaging(output), root](Transport& t) mutable {
+        algorithms::scatter(t, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), root);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       });
 }
 
@@ -1126,8 +1129,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter(
   const ReduceSpec spec =
       resolveReduce(opts.reduceOp, output.scalar_type(), getSize(), "reduce_scatter", getRank());
   requireReal("reduce_scatter");
-  auto in = std::make_shared<HostStagingList>(inputTensors[0]);
-  auto out = std::make_shared<HostStaging>(output);
   return submit(
       describe(CollectiveKind::kReduceScatter, output, output.numel(), -1, opts.reduceOp.op_),
       c10d::OpType::REDUCE_SCATTER,
@@ -1135,10 +1136,11 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter(
       inputTensors[0],
       outputTensors,
       issued(opts),
-      [in, out, spec](Transport& t) {
-        algorithms::reduceScatter(t, in->acquire(/*copyIn=*/true), out->acquire(false), spec);
-        in->release(/*copyOut=*/false);
-        out->release(/*copyOut=*/true);
+      [in = HostStagingList(inputTensors[0]), out = HostStaging(output), spec](
+          Transport& t) mutable {
+        algorithms::reduceScatter(t, in.acquire(/*copyIn=*/true), out.acquire(false), spec);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       });
 }
 
@@ -1178,7 +1180,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
   }
   std::vector<ReduceSpec> specs;
   for (const auto& t : outputs) {
-    specs.push_back(resolveReduce(opts.reduceOp, t.scalar_type(), getSize(), collective, getRank()));
+    specs.push_back(
+        resolveReduce(opts.reduceOp, t.scalar_type(), getSize(), collective, getRank()));
   }
   requireReal(collective);
   const bool coalesced = std::strcmp(collective, "_reduce_scatter_base") != 0;
@@ -1197,8 +1200,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
           d.reduceScatterBase(t, output, input, spec);
         });
   }
-  auto in = std::make_shared<HostStagingList>(inputs);
-  auto out = std::make_shared<HostStagingList>(outputs);
   return submit(
       withLayout(
           describe(
@@ -1215,15 +1216,19 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
       inputs,
       outputs,
       issued(opts),
-      [in, out, specs, window = peerAccessWindow(), workers = workers_](Transport& t) {
-        std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
-        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
+      [in = HostStagingList(inputs),
+       out = HostStagingList(outputs),
+       specs,
+       window = peerAccessWindow(),
+       workers = workers_](Transport& t) mutable {
+        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
         for (size_t i = 0; i < hostIn.size(); ++i) {
           algorithms::reduceScatterTensor(
               t, hostIn[i].reshape(-1), hostOut[i], specs[i], window, *workers);
         }
-        in->release(/*copyOut=*/false);
-        out->release(/*copyOut=*/true);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       });
 }
 
@@ -1257,7 +1262,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
       check.require(s >= 0, what, " split sizes must not be negative");
       total += s;
     }
-    check.require(total == rows, what, " split sizes add up to ", total, " but it has ", rows, " rows");
+    check.require(
+        total == rows, what, " split sizes add up to ", total, " but it has ", rows, " rows");
     return splits;
   };
   const std::vector<int64_t> sendRows = rowsOf(inputBuffer, inputSplitSizes, "the input");
@@ -1269,8 +1275,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
   const size_t sendRowBytes = rowBytes(inputBuffer);
   const size_t recvRowBytes = rowBytes(outputBuffer);
   requireReal("alltoall_base");
-  auto in = std::make_shared<HostStaging>(inputBuffer);
-  auto out = std::make_shared<HostStaging>(outputBuffer);
   return submit(
       describe(CollectiveKind::kAlltoallBase, inputBuffer, 0),
       c10d::OpType::ALLTOALL_BASE,
@@ -1278,9 +1282,14 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
       {inputBuffer},
       {outputBuffer},
       issued(opts),
-      [in, out, sendRows, recvRows, sendRowBytes, recvRowBytes](Transport& t) {
-        auto* src = static_cast<std::byte*>(in->acquire(/*copyIn=*/true).data_ptr());
-        auto* dst = static_cast<std::byte*>(out->acquire(/*copyIn=*/false).data_ptr());
+      [in = HostStaging(inputBuffer),
+       out = HostStaging(outputBuffer),
+       sendRows,
+       recvRows,
+       sendRowBytes,
+       recvRowBytes](Transport& t) mutable {
+        auto* src = static_cast<std::byte*>(in.acquire(/*copyIn=*/true).data_ptr());
+        auto* dst = static_cast<std::byte*>(out.acquire(/*copyIn=*/false).data_ptr());
         std::vector<algorithms::Span> sends, receives;
         for (size_t r = 0; r < sendRows.size(); ++r) {
           sends.push_back({src, sendRows[r] * sendRowBytes});
@@ -1289,8 +1298,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
           dst += recvRows[r] * recvRowBytes;
         }
         algorithms::alltoall(t, sends, receives);
-        in->release(/*copyOut=*/false);
-        out->release(/*copyOut=*/true);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       },
       SplitSizes{inputSplitSizes, outputSplitSizes});
 }
@@ -1317,8 +1326,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
     check.like(output, inputTensors[0], output.numel(), "an output tensor");
   }
   requireReal("alltoall");
-  auto in = std::make_shared<HostStagingList>(inputTensors);
-  auto out = std::make_shared<HostStagingList>(outputTensors);
   return submit(
       describe(CollectiveKind::kAlltoall, inputTensors[0], 0),
       c10d::OpType::ALLTOALL,
@@ -1326,7 +1333,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
       inputTensors,
       outputTensors,
       issued(opts),
-      [in, out](Transport& t) {
+      [in = HostStagingList(inputTensors),
+       out = HostStagingList(outputTensors)](Transport& t) mutable {
         auto spans = [](std::vector<at::Tensor>& tensors) {
           std::vector<algorithms::Span> result;
           for (auto& tensor : tensors) {
@@ -1336,11 +1344,11 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
           }
           return result;
         };
-        std::vector<at::Tensor> hostIn = in->acquire(/*copyIn=*/true);
-        std::vector<at::Tensor> hostOut = out->acquire(/*copyIn=*/false);
+        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
         algorithms::alltoall(t, spans(hostIn), spans(hostOut));
-        in->release(/*copyOut=*/false);
-        out->release(/*copyOut=*/true);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
       });
 }
 
