@@ -166,7 +166,8 @@ void reduceImpl(
       const int64_t pos = lo + a;
       Pointers& from = pieceSrcs[piece];
       for (int r = 0; r < ws; ++r) {
-        from[r] = r == me ? chunk + pos * es : static_cast<const std::byte*>(t.readSlot(r)) + pos * es;
+        from[r] =
+            r == me ? chunk + pos * es : static_cast<const std::byte*>(t.readSlot(r)) + pos * es;
       }
       if (receives) {
         reduceInto(spec, chunk + pos * es, from.data(), ws, b - a, next + pos * es);
@@ -184,7 +185,9 @@ void reduceImpl(
           const int64_t b = std::min(y, phi);
           if (r != me && b > a) {
             std::memcpy(
-                chunk + a * es, static_cast<const std::byte*>(t.readSlot(r)) + a * es, (b - a) * es);
+                chunk + a * es,
+                static_cast<const std::byte*>(t.readSlot(r)) + a * es,
+                (b - a) * es);
           }
         }
       });

@@ -285,7 +285,8 @@ ShmTransport::ShmTransport(
 ShmTransport::~ShmTransport() = default;
 
 RankControl& ShmTransport::control(int r) const {
-  auto* ranks = reinterpret_cast<RankControl*>(reinterpret_cast<std::byte*>(ctl_) + sizeof(ControlBlock));
+  auto* ranks =
+      reinterpret_cast<RankControl*>(reinterpret_cast<std::byte*>(ctl_) + sizeof(ControlBlock));
   return ranks[r];
 }
 

@@ -49,7 +49,8 @@ DummyWork::DummyWork(
       body_(std::move(body)),
       progress_(std::move(progress)),
       // Only the engine reads it, for Works it queues (those have a body).
-      enqueuedAt_(body_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point()) {}
+      enqueuedAt_(
+          body_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point()) {}
 
 DummyWork::~DummyWork() = default;
 

@@ -32,10 +32,10 @@ struct BackendOptions : c10d::Backend::Options {
   // Allreduces, gathers (all-gather, gather) and reduce_scatter_tensor of peerAccessMinBytes to
   // peerAccessMaxBytes (the tensor a rank ends up with) read, and for allreduce write, the peers'
   // tensors where they lie (Linux cross memory attach) instead of copying through the slots,
-  // where every rank can reach every other's memory; elsewhere, or off, they go through the slots. Past the cache the
-  // slots' pipeline, whose chunks a peer reads while they are still in the writer's cache, is
-  // as fast or faster (2 ranks on the 2-core machine: all-gather 64 MiB 11.3-11.9 against
-  // 12.9-13.2 ms, allreduce 64 MiB a tie, 128 MiB 25 against 28 ms).
+  // where every rank can reach every other's memory; elsewhere, or off, they go through the
+  // slots. Past the cache the slots' pipeline, whose chunks a peer reads while they are still in
+  // the writer's cache, is as fast or faster (2 ranks on the 2-core machine: all-gather 64 MiB
+  // 11.3-11.9 against 12.9-13.2 ms, allreduce 64 MiB a tie, 128 MiB 25 against 28 ms).
   bool peerAccess = true;
   size_t peerAccessMinBytes = size_t{128} << 10;
   size_t peerAccessMaxBytes = size_t{32} << 20;
