@@ -977,6 +977,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
   requireReal("allgather_coalesced");
   const int ws = getSize();
   const size_t count = inputTensors.size();
+  const std::vector<at::Tensor> outputs = flatten(outputTensorLists); // by rank, then by input
   return submit(
       withLayout(
           describe(
@@ -990,10 +991,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
       c10d::OpType::ALLGATHER_COALESCED,
       "dummy:all_gather_coalesced",
       inputTensors,
-      flatten(outputTensorLists),
+      outputs,
       issued(opts),
       [in = HostStagingList(inputTensors),
-       out = HostStagingList(flatten(outputTensorLists)),
+       out = HostStagingList(outputs),
        ws,
        count,
        window = peerAccessWindow(),
