@@ -161,8 +161,9 @@ class ShmTransport final : public Transport {
   int rank_;
   int size_;
   size_t slotBytes_;
-  // Indexed by shareCores_. The p2p thread waits while a collective may decide the sharing, so
-  // a wait picks a whole policy by one atomic read instead of reading fields being rewritten.
+  // Indexed by shareCores_: deciding the sharing flips one atomic, which sharesCores() may read
+  // from any thread, instead of rewriting a policy's fields. (Point-to-point waits do not use
+  // these: the p2p engine polls with its own back-off.)
   WaitPolicy policies_[2];
   std::atomic<bool> shareCores_{false};
   std::atomic<bool> coresDecided_{false};
