@@ -14,20 +14,22 @@ their calls at the same time, as many processes, and every c10d backend pays wha
   two small C processes).
 
 How few hand-offs a collective can take: no rank finishes a collective before every rank has
-entered it, so no rank gets more than one collective ahead of another, and one turn on a core
-holds at most two of a rank's calls (finish the collective the others have entered, enter the
-next). So here ``world_size`` FakeProcessGroup ranks, pinned round-robin to the usable cores
-(one to a core where there are enough), take turns on each core: a turn is two
-``dist.all_reduce`` calls, then the turn passes to the next rank on that core (a word in shared
+entered it, so every rank needs a turn on its core in every collective, and one turn holds one
+call's worth of the c10d path (the end of the collective the others have entered and the start
+of the next). So here ``world_size`` FakeProcessGroup ranks, pinned round-robin to the usable
+cores (one to a core where there are enough), take turns on each core: a turn is one
+``dist.all_reduce`` call, then the turn passes to the next rank on that core (a word in shared
 memory; a rank waits for its turn with ``os.sched_yield``). They run the benchmark's timing
 protocol (barrier-started rounds, max over ranks, best round); the floor is that time per call.
-It leaves out what a real collective adds (waiting across cores, migrations), but it is not a
-strict lower bound: a forced turn can wait on the scheduler (a declined ``sched_yield``) where
-a backend's rank would have found other work, and the turn-passing adds a fraction of a
-microsecond of Python per turn. On the 2-core machine it measured 18.8-25.9 us at 4 ranks,
-against dummy's bare-loop 18-20 us. With a core each there is one rank to a core, no turn
-passes, and the rounds time what the ranks' calls cost side by side. Either way the report also
-shows every small allreduce's time above the one-process floor.
+An earlier floor took two calls a turn, which halves the hand-offs per call below what any
+collective can take: on the 2-core machine it measured 99-123 us at 8 ranks against 166-181 us
+with one call a turn, and 25-36 us at 4 ranks against 43-54 us. The floor leaves out what a
+real collective adds (waiting across cores, migrations), but it is not a strict lower bound: a
+forced turn can wait on the scheduler (a declined ``sched_yield``) where a backend's rank would
+have found other work, and the turn-passing adds a fraction of a microsecond of Python per turn.
+With a core each there is one rank to a core, no turn passes, and the rounds time what the
+ranks' calls cost side by side. Either way the report also shows every small allreduce's time
+above the one-process floor.
 """
 
 from __future__ import annotations
@@ -45,9 +47,8 @@ import torch.distributed as dist
 from dummy_collectives.bench.baseline import FLOOR
 from dummy_collectives.bench.results import ERROR, SKIPPED, Result, measured, not_measured
 from dummy_collectives.bench.spawn import dead_ranks, stop
-from dummy_collectives.bench.timing import Timing, TimingConfig, measure
+from dummy_collectives.bench.timing import TimingConfig, measure
 
-CALLS_PER_TURN = 2
 _RESULT_TIMEOUT_S = 300.0
 _POLL_S = 1.0
 _JOIN_S = 30.0
@@ -99,8 +100,7 @@ def _rank(
             while turns[slot] != rank:
                 os.sched_yield()
             # The same call as the one timed for the backends (collectives.make_op).
-            for _ in range(CALLS_PER_TURN):
-                dist.all_reduce(tensor, group=None)
+            dist.all_reduce(tensor, group=None)
             turns[slot] = successor
 
         turn()
@@ -111,16 +111,6 @@ def _rank(
     except Exception:  # reported by the parent as the floor's note
         out.put(("error", f"rank {rank}: {traceback.format_exc().strip().splitlines()[-1]}"))
         barrier.abort()
-
-
-def _per_call(timing: Timing) -> Timing:
-    return Timing(
-        timing.best_s / CALLS_PER_TURN,
-        timing.median_s / CALLS_PER_TURN,
-        tuple(t / CALLS_PER_TURN for t in timing.rounds_s),
-        timing.iters * CALLS_PER_TURN,
-        tuple(n * CALLS_PER_TURN for n in timing.round_iters),
-    )
 
 
 def _result(out: Any, ranks: list[Any]) -> tuple[str, Any]:
@@ -160,4 +150,4 @@ def rank_floor(world_size: int, config: TimingConfig) -> Result:
         stop(ranks, _JOIN_S)
     if kind != "ok":
         return not_measured(FLOOR, "allreduce", world_size, 4, ERROR, str(payload))
-    return measured(FLOOR, "allreduce", world_size, 4, 4, _per_call(payload))
+    return measured(FLOOR, "allreduce", world_size, 4, 4, payload)

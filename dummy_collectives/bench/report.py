@@ -189,7 +189,7 @@ def _header(run: RunData) -> list[str]:
     for at_size in run.rank_floors:
         floor = format_time(at_size.time_s) if at_size.ok else f"{at_size.status}: {at_size.note}"
         how = (
-            "pinned to the cores, taking turns on each, two calls a turn: the fewest hand-offs "
+            "pinned to the cores, taking turns on each, one call a turn: the fewest hand-offs "
             "a collective allows"
             if cores is not None and at_size.world_size > cores
             else "at once, one pinned to each core, barrier-started rounds, max over the ranks"
