@@ -129,6 +129,28 @@ def test_small_message_target_uses_the_floor_measured_at_the_world_size() -> Non
     assert "1.00 us above the one-process floor" in own_size.parts[2], own_size.parts
 
 
+def test_small_message_target_says_when_the_floor_puts_20x_gloo_out_of_reach() -> None:
+    """Where gloo is less than 20x slower than the floor at that world size, no c10d backend
+    can pass; the verdict says so and still fails. Elsewhere it says nothing of the kind."""
+
+    def point(backend: str, time_s: float) -> Result:
+        return Result(backend, "allreduce", 8, 4, nbytes=4, time_s=time_s)
+
+    floor = Result("c10d-floor", "allreduce", 1, 4, nbytes=4, time_s=5.0e-6)
+    eight_ranks = Result("c10d-floor", "allreduce", 8, 4, nbytes=4, time_s=160e-6)
+    slow_gloo = [point("dummy", 170e-6), point("gloo", 2.4e-3), point("openmpi", 50e-6)]
+    (verdict,) = targets.evaluate(slow_gloo, "cpu", floor, [eight_ranks])
+    assert verdict.verdict == targets.FAIL, verdict.parts
+    assert (
+        "out of reach through c10d: the 8-rank c10d floor alone is only 15.0x faster than gloo"
+        in verdict.parts[-1]
+    ), verdict.parts
+    slower_gloo = [point("dummy", 170e-6), point("gloo", 3.6e-3), point("openmpi", 50e-6)]
+    (reachable,) = targets.evaluate(slower_gloo, "cpu", floor, [eight_ranks])
+    assert reachable.verdict == targets.PASS, reachable.parts
+    assert not any("out of reach" in part for part in reachable.parts), reachable.parts
+
+
 @pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity"), reason="the rank floor pins ranks to cores"
 )

@@ -9,7 +9,9 @@ CPU tensors, 2 ranks or more:
   dummy spends above that floor is what is held against the faster peer. The floor is the one
   measured at that world size (:mod:`.rank_floor`: as many FakeProcessGroup ranks, running at
   once, taking turns where they share a core), else the one-process floor. The report shows
-  the absolute comparison, and the time above the one-process floor, too;
+  the absolute comparison, and the time above the one-process floor, too. Where gloo is less
+  than 20x slower than the floor itself, no c10d backend can meet the first part; the verdict
+  says so (and still fails);
 - messages >= 1 MiB: at least 3x gloo's busbw, and ahead of both peers.
 
 CUDA tensors (ranks sharing one GPU):
@@ -100,6 +102,12 @@ def _small(dummy: Result, others: Table, parts: list[str], floor: Floor | None) 
                 parts.append(f"{one * 1e6:.2f} us above the one-process floor")
     else:
         parts.append("peers: n.a.")
+    if gloo is not None and floor is not None and gloo.time_s < SMALL_VS_GLOO * floor.time_s:
+        # Said, not excused: the verdict stands, and the reader sees why no backend could pass.
+        reach = gloo.time_s / floor.time_s
+        parts.append(
+            f"out of reach through c10d: {floor.what} alone is only {reach:.1f}x faster than gloo"
+        )
     return checks
 
 
