@@ -5,6 +5,7 @@
 
 #include <dummy_collectives/backend.hpp>
 #include <dummy_collectives/cross_memory.hpp>
+#include <dummy_collectives/exit_registry.hpp>
 #include <dummy_collectives/work.hpp>
 #include <dummy_collectives/reduce_kernel.hpp>
 #include <dummy_collectives/shm_segment.hpp>
@@ -153,7 +154,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.def(
       "_flush_at_exit",
-      &DummyBackend::flushAllForExit,
+      &dummy_collectives::flushAllForExit,
       "Interpreter exit (registered with atexit on import): runs what every live dummy group "
       "of this process still has outstanding, so no engine thread touches Python objects while "
       "the interpreter finalises.",

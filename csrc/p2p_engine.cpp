@@ -85,7 +85,8 @@ void P2pEngine::finishForExit() {
     in.receiver = nullptr; // the rest of a message being received is discarded
   }
   for (auto& op : recvs_) {
-    finishOp(op, c10::str("dummy recv (rank ", rank_, "): abandoned, the process is exiting"));
+    finishOp(
+        op, c10::str("dummy recv (rank ", label(rank_), "): abandoned, the process is exiting"));
   }
   recvs_.clear();
   // A peer may be waiting for these. checkFailures() ends each one that cannot complete.
@@ -247,8 +248,9 @@ bool P2pEngine::takeUnexpected() {
       std::string error;
       if (match->data.size() != op.bytes) {
         error = c10::str(
-            "dummy recv (rank ", rank_, "): the message from rank ", src, " with tag ", op.tag,
-            " has ", match->data.size(), " bytes but the receive buffer has ", op.bytes);
+            "dummy recv (rank ", label(rank_), "): the message from rank ", label(src),
+            " with tag ", op.tag, " has ", match->data.size(),
+            " bytes but the receive buffer has ", op.bytes);
       } else if (op.bytes > 0) {
         std::memcpy(op.data, match->data.data(), op.bytes);
       }
@@ -292,8 +294,9 @@ bool P2pEngine::pullStream(int src) {
         receiver->work->setSourceRank(src);
         if (receiver->bytes != in.length) {
           receiver->error = c10::str(
-              "dummy recv (rank ", rank_, "): the message from rank ", src, " with tag ",
-              in.tag, " has ", in.length, " bytes but the receive buffer has ", receiver->bytes);
+              "dummy recv (rank ", label(rank_), "): the message from rank ", label(src),
+              " with tag ", in.tag, " has ", in.length, " bytes but the receive buffer has ",
+              receiver->bytes);
         }
       } else {
         in.unexpected.push_back(Unexpected{in.tag, std::vector<std::byte>(in.length)});
@@ -343,20 +346,21 @@ void P2pEngine::checkFailures() {
     if (op.peer >= 0) {
       std::string problem = transport_->peerProblem(op.peer);
       if (!problem.empty()) {
-        return c10::str("dummy ", what, " (rank ", rank_, ", tag ", op.tag, "): ", problem);
+        return c10::str("dummy ", what, " (rank ", label(rank_), ", tag ", op.tag, "): ", problem);
       }
     }
     if (now >= op.deadline) {
       return c10::str(
-          "dummy ", what, " (rank ", rank_, ", tag ", op.tag, ") timed out after ",
+          "dummy ", what, " (rank ", label(rank_), ", tag ", op.tag, ") timed out after ",
           timeout_.count(), " ms: ",
-          op.peer >= 0 ? c10::str("rank ", op.peer, " did not take part") : "no message came");
+          op.peer >= 0 ? c10::str("rank ", label(op.peer), " did not take part")
+                       : "no message came");
     }
     return {};
   };
   for (auto& queue : sends_) {
     for (auto it = queue.begin(); it != queue.end();) {
-      std::string error = problemWith(*it, c10::str("send to rank ", it->peer).c_str());
+      std::string error = problemWith(*it, c10::str("send to rank ", label(it->peer)).c_str());
       if (error.empty()) {
         ++it;
         continue;
@@ -376,14 +380,16 @@ void P2pEngine::checkFailures() {
       const int src = it->work->sourceRank();
       std::string problem = transport_->peerProblem(src);
       if (!problem.empty()) {
-        error = c10::str("dummy recv from rank ", src, " (rank ", rank_, "): ", problem);
+        error = c10::str(
+            "dummy recv from rank ", label(src), " (rank ", label(rank_), "): ", problem);
         transport_->abort(error); // the stream from src is cut mid-message
         inbound_[src].inMessage = false;
         inbound_[src].receiver = nullptr;
       }
     } else {
       error = problemWith(
-          *it, it->peer >= 0 ? c10::str("recv from rank ", it->peer).c_str() : "recvAnysource");
+          *it,
+          it->peer >= 0 ? c10::str("recv from rank ", label(it->peer)).c_str() : "recvAnysource");
     }
     if (error.empty()) {
       ++it;

@@ -209,7 +209,8 @@ ShmTransport::ShmTransport(
     long spinMicros,
     bool peerAccess,
     double peerAccessMinSpeed,
-    std::vector<GroupSetting> settings)
+    std::vector<GroupSetting> settings,
+    std::vector<int> rankLabels)
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
@@ -217,7 +218,11 @@ ShmTransport::ShmTransport(
       // Until the group's first exchange, this rank's own CPUs are all it knows.
       shareCores_(size > countCpus(affinityMask())),
       peerAccessWanted_(peerAccess),
-      peerAccessMinSpeed_(peerAccessMinSpeed) {
+      peerAccessMinSpeed_(peerAccessMinSpeed),
+      labels_(std::move(rankLabels)) {
+  TORCH_CHECK(
+      labels_.empty() || static_cast<int>(labels_.size()) == size,
+      "dummy_collectives: ", labels_.size(), " rank labels for a group of ", size, " ranks");
   const size_t bytes = segmentBytes(size, slotBytes_);
   settings.insert(
       settings.begin(),
@@ -252,10 +257,12 @@ ShmTransport::ShmTransport(
           rootValue == setting.value,
           "dummy_collectives: ranks disagree on ",
           setting.what,
-          ": rank 0 uses ",
+          ": rank ",
+          label(0),
+          " uses ",
           rootValue,
           ", rank ",
-          rank,
+          label(rank),
           " uses ",
           setting.value);
     }
@@ -305,6 +312,18 @@ std::string ShmTransport::abortReason() const {
   return ctl_->abortReason;
 }
 
+std::string ShmTransport::brokenReason() const {
+  return ctl_->aborted.load(std::memory_order_acquire) != 0 ? abortReason() : std::string();
+}
+
+std::vector<int> ShmTransport::labels(const std::vector<int>& ranks) const {
+  std::vector<int> named;
+  for (const int r : ranks) {
+    named.push_back(label(r));
+  }
+  return named;
+}
+
 std::string ShmTransport::peerProblem(int r) const {
   if (ctl_->aborted.load(std::memory_order_acquire) != 0) {
     return c10::str("the group was aborted (", abortReason(), ")");
@@ -312,7 +331,7 @@ std::string ShmTransport::peerProblem(int r) const {
   const RankControl& peer = control(r);
   if (peer.pid > 0 && peer.pidNamespace == control(rank_).pidNamespace &&
       !processAlive(peer.pid)) {
-    return c10::str("rank ", r, " (pid ", peer.pid, ") has died");
+    return c10::str("rank ", label(r), " (pid ", peer.pid, ") has died");
   }
   return {};
 }
@@ -322,7 +341,7 @@ std::byte* ShmTransport::slot(int r, uint64_t step) const {
 }
 
 std::string ShmTransport::opContext() const {
-  return c10::str("dummy ", op_.describe(), " on rank ", rank_);
+  return c10::str("dummy ", op_.describe(), " on rank ", label(rank_));
 }
 
 void ShmTransport::fail(const std::string& what) {
@@ -451,10 +470,10 @@ void ShmTransport::failPeerAccess(int r, const char* what, size_t bytes, int err
   const int32_t pid = control(r).pid;
   // ESRCH: the process is gone, though /proc may not show it dead yet.
   std::string problem =
-      error == ESRCH ? c10::str("rank ", r, " (pid ", pid, ") has died") : peerProblem(r);
+      error == ESRCH ? c10::str("rank ", label(r), " (pid ", pid, ") has died") : peerProblem(r);
   fail(
       problem.empty() ? c10::str(
-                            what, " ", bytes, " bytes of rank ", r, "'s tensor (pid ", pid,
+                            what, " ", bytes, " bytes of rank ", label(r), "'s tensor (pid ", pid,
                             ") failed: ", std::strerror(error), "; the group is unusable")
                       : problem + "; the group is unusable");
 }
@@ -637,7 +656,7 @@ void ShmTransport::checkPeers(uint64_t step) {
   if (Clock::now() >= deadline_) {
     failTimedOut(c10::str(
         "ranks ",
-        c10::Join(", ", missing),
+        c10::Join(", ", labels(missing)),
         " to arrive (step ",
         step - opFirstStep_ + 1,
         " of the collective); a rank that never calls it, or calls collectives in a different "
@@ -666,7 +685,7 @@ void ShmTransport::checkDescriptors(uint64_t step) const {
   }
   std::string calls;
   for (int r = 0; r < size_; ++r) {
-    calls += c10::str("\n  rank ", r, ": ", control(r).desc[step & 1].describe());
+    calls += c10::str("\n  rank ", label(r), ": ", control(r).desc[step & 1].describe());
   }
   // Every rank sees the same descriptors, so every rank raises here, after the same number of
   // steps: the group stays consistent and usable.
@@ -674,7 +693,7 @@ void ShmTransport::checkDescriptors(uint64_t step) const {
       DistBackendError,
       c10::str(
           "dummy_collectives: ranks called different collectives (seen on rank ",
-          rank_,
+          label(rank_),
           "); no data was exchanged:",
           calls));
 }

@@ -12,6 +12,7 @@
 #include <dummy_collectives/algorithms.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 #include <dummy_collectives/options.hpp>
+#include <dummy_collectives/param_comms.hpp>
 #include <dummy_collectives/transport.hpp>
 #include <dummy_collectives/worker_pool.hpp>
 
@@ -20,12 +21,9 @@ namespace dummy_collectives {
 class DeviceCollectives;
 class DummyWork;
 
-// What record_param_comms reports beyond the tensors: all-to-all's split sizes (in rows).
-struct SplitSizes {
-  std::vector<int64_t> in;
-  std::vector<int64_t> out;
-};
+class Checker;
 class Engine;
+class ExitHandle;
 class P2pEngine;
 class ShmTransport;
 
@@ -33,11 +31,14 @@ class ShmTransport;
 // wire), describes each collective as an OpDescriptor, and hands it to the engine.
 class DummyBackend final : public c10d::Backend {
  public:
+  // `rankLabels[r]`: how messages name local rank r (its rank in the whole group, where this
+  // backend serves one host of a group that spans several); empty: r itself.
   DummyBackend(
       const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
       int size,
-      c10::intrusive_ptr<BackendOptions> options);
+      c10::intrusive_ptr<BackendOptions> options,
+      std::vector<int> rankLabels = {});
   ~DummyBackend() override;
 
   const std::string getBackendName() const override {
@@ -51,14 +52,6 @@ class DummyBackend final : public c10d::Backend {
   // queued, blocked and later operations on it raise at once (here and on the peers).
   void abort() override;
 
-  // Interpreter exit (Python's atexit, before finalisation; see README, faults): every live
-  // backend of this process runs what is still outstanding on the calling thread, at most
-  // min(group timeout, kExitGrace), then aborts the group. Afterwards no engine thread holds a
-  // Work or tensor, so none touches Python objects (tensors, future callbacks) while the
-  // interpreter finalises: that raced with finalisation and crashed the process ("terminate
-  // called without an active exception"). A no-op in a forked child.
-  static constexpr std::chrono::milliseconds kExitGrace{10000};
-  static void flushAllForExit();
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -153,6 +146,9 @@ class DummyBackend final : public c10d::Backend {
   // Whether the group's ranks outnumber the CPUs they may run on (their waits then hand cores
   // over instead of polling); empty until the group's first collective.
   std::optional<bool> sharesCores() const;
+  // Why the group can no longer be used (a dead peer, a timeout, an abort); empty while it can.
+  // A failed collective that leaves this empty was a mismatch: the group stays usable.
+  std::string brokenReason() const;
 
  private:
   // How a collective was issued: its timeout, and whether the caller waits for it at once
@@ -211,35 +207,17 @@ class DummyBackend final : public c10d::Backend {
   // Whether device tensors take the device path (CUDA IPC); false for CPU tensors, in zero mode
   // and in CPU-only builds.
   bool onDevicePath(const std::vector<at::Tensor>& tensors) const;
-  // The descriptor of a collective over `reference`'s dtype and `numel` elements per rank.
-  static OpDescriptor describe(
-      CollectiveKind kind,
-      const at::Tensor& reference,
-      int64_t numel,
-      int root = -1,
-      int reduceOp = -1,
-      int count = 1);
+  Checker checker(const char* collective) const;
   void requireReal(const char* collective) const;
   algorithms::PeerAccessWindow peerAccessWindow() const;
   algorithms::AllreducePlan allreducePlan() const;
-  // What the built-in backends record for profilers and trace tools (record_param_comms).
-  // `rank` is this rank for collectives and the peer for point-to-point, as NCCL records it.
-  void recordParamComms(
-      uint64_t seq,
-      bool p2p,
-      const std::string& name,
-      int rank,
-      at::ScalarType dtype,
-      const std::vector<at::Tensor>& inputs,
-      const std::vector<at::Tensor>& outputs,
-      const SplitSizes& splits = {}) const;
   // _reduce_scatter_base and reduce_scatter_tensor_coalesced: outputs[i] receives part rank()
   // of the reduction of every rank's inputs[i].
   c10::intrusive_ptr<c10d::Work> reduceScatterTensors(
       std::vector<at::Tensor>& outputs,
       std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts,
-      const char* collective);
+      bool coalesced);
   // Zero mode: the tutorial's semantics, done on the spot.
   c10::intrusive_ptr<c10d::Work> zeroed(
       c10d::OpType opType,
@@ -258,6 +236,7 @@ class DummyBackend final : public c10d::Backend {
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
   std::shared_ptr<DeviceCollectives> device_; // null in zero mode and CPU-only builds
+  std::shared_ptr<ExitHandle> exitHandle_;    // the exit flush's weak reference points here
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
   uint64_t p2pSeq_ = 0; // point-to-point operations issued (for the profiler's records)
   int pid_;          // the process that made the backend (its threads exist only there)

@@ -92,6 +92,10 @@ class P2pEngine final : public Progress {
     std::list<Unexpected> unexpected; // list: the stream keeps a pointer into it
   };
 
+  // How messages name rank r (ShmTransport::label).
+  int label(int r) const {
+    return transport_->label(r);
+  }
   bool progressLocked();
   bool pushSends(int dst);
   bool takeUnexpected();

@@ -81,7 +81,8 @@ class ShmTransport final : public Transport {
       long spinMicros, // BackendOptions::spinMicros
       bool peerAccess, // BackendOptions::peerAccess
       double peerAccessMinSpeed, // BackendOptions::peerAccessMinSpeed
-      std::vector<GroupSetting> settings);
+      std::vector<GroupSetting> settings,
+      std::vector<int> rankLabels = {}); // how messages name each rank (DummyBackend)
   ~ShmTransport() override;
 
   int rank() const override {
@@ -113,6 +114,13 @@ class ShmTransport final : public Transport {
   std::optional<bool> sharesCores() const;
   // Why rank r can no longer take part (it died, or the group was aborted); empty if it can.
   std::string peerProblem(int r) const;
+  // Why the group can no longer be used (it was aborted); empty while it can. Any thread.
+  std::string brokenReason() const;
+  // The rank messages name for rank r: its rank in the whole group where this transport serves
+  // one host of a group that spans several (DummyBackend's rankLabels), else r.
+  int label(int r) const {
+    return labels_.empty() ? r : labels_[r];
+  }
 
   // Bytes of shared memory a group of `size` ranks maps.
   static size_t segmentBytes(int size, size_t slotBytes);
@@ -120,6 +128,7 @@ class ShmTransport final : public Transport {
  private:
   RankControl& control(int r) const;
   std::string abortReason() const;
+  std::vector<int> labels(const std::vector<int>& ranks) const;
   std::byte* slot(int r, uint64_t step) const;
   // Waits until every rank has published `step`; raises on abort, timeout or a dead peer.
   void waitAll(uint64_t step);
@@ -178,6 +187,7 @@ class ShmTransport final : public Transport {
   double peerAccessMinSpeed_;
   std::atomic<PeerAccess> peerAccess_{PeerAccess::kUndecided};
 
+  std::vector<int> labels_; // see label()
   int cpu_ = -1; // the CPU noteCpu() last saw
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
   uint64_t opFirstStep_ = 0;

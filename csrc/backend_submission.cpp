@@ -1,0 +1,59 @@
+#include "backend_submission.hpp"
+
+#include <ATen/record_function.h>
+
+#include <dummy_collectives/param_comms.hpp>
+
+namespace dummy_collectives {
+
+DummyBackend::Stamp DummyBackend::stamp(
+    OpDescriptor& op,
+    const std::vector<at::Tensor>& inputs,
+    const std::vector<at::Tensor>& outputs,
+    std::chrono::milliseconds timeout,
+    const SplitSizes& splits) {
+  op.seq = ++seq_;
+  const bool observed = at::hasCallbacks();
+  if (observed) {
+    const auto dtype = op.dtype >= 0 ? static_cast<at::ScalarType>(op.dtype) : at::kByte;
+    recordParamComms(
+        *this, op.seq, false, collectiveName(op.kind), getRank(), dtype, inputs, outputs, splits);
+  }
+  return {timeout == c10d::kUnsetTimeout ? options_->timeout : timeout, observed};
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(
+    const OpDescriptor& op,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor> outputs,
+    std::function<void(DummyWork&)> body) {
+  auto work = c10::make_intrusive<DummyWork>(
+      getRank(),
+      opType,
+      profilingTitle,
+      inputs,
+      std::move(outputs),
+      op.seq,
+      std::move(body),
+      engine_);
+  engine_->enqueue(work);
+  return work;
+}
+
+bool DummyBackend::onDevicePath(const std::vector<at::Tensor>& tensors) const {
+  return device_ && !tensors.empty() && tensors[0].is_cuda() && device_->accepts(tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::zeroed(
+    c10d::OpType opType,
+    const char* profilingTitle,
+    std::vector<at::Tensor> outputs) {
+  for (auto& tensor : outputs) {
+    tensor.zero_();
+  }
+  return DummyWork::completed(getRank(), opType, profilingTitle, std::move(outputs));
+}
+
+} // namespace dummy_collectives

@@ -1,0 +1,81 @@
+#pragma once
+
+// How DummyBackend issues a collective (private to backend.cpp and backend_submission.cpp): number
+// it, tell the profiler, then run it inside the call or queue it on the engine. Kept apart from the
+// table of collectives in backend.cpp, which only says what each collective checks and runs.
+
+#include <memory>
+
+#include <dummy_collectives/backend.hpp>
+#include <dummy_collectives/device_collectives.hpp>
+#include <dummy_collectives/engine.hpp>
+#include <dummy_collectives/shm_transport.hpp>
+#include <dummy_collectives/work.hpp>
+
+namespace dummy_collectives {
+
+template <typename Algorithm>
+c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
+    OpDescriptor op,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor> outputs,
+    Issue issue,
+    Algorithm algorithm,
+    const SplitSizes& splits) {
+  const Stamp stamped = stamp(op, inputs, outputs, issue.timeout, splits);
+  const auto limit = stamped.limit;
+  if (issue.blocking && !stamped.observed) {
+    // The caller waits for this Work next thing: with nothing queued ahead, run it here. That
+    // skips the queue, the body's allocation and the hand-offs around them, most of what a
+    // small blocking collective costs on top of moving its bytes. (Under a profiler the engine
+    // runs it, so the Work's profiling record spans the collective.)
+    std::exception_ptr error;
+    Transport& transport = *transport_;
+    const bool ran = engine_->runNow([&] {
+      try {
+        transport.beginOp(op, limit);
+        algorithm(transport);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    if (ran) {
+      return DummyWork::ran(getRank(), opType, std::move(outputs), op.seq, error);
+    }
+  }
+  // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
+  // The algorithm may own move-only state (HostStaging); a Work's body must be copyable.
+  auto shared = std::make_shared<Algorithm>(std::move(algorithm));
+  auto body = [transport = transport_.get(), op, limit, shared](DummyWork&) {
+    transport->beginOp(op, limit);
+    (*shared)(*transport);
+  };
+  return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(body));
+}
+
+template <typename Body>
+c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
+    OpDescriptor op,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor> outputs,
+    Issue issue,
+    Body body) {
+  op.path = DataPath::kCudaIpc;
+  const auto limit = stamp(op, inputs, outputs, issue.timeout).limit;
+  std::vector<at::Tensor> touched(inputs);
+  touched.insert(touched.end(), outputs.begin(), outputs.end());
+  auto ticket = device_->submit(touched);
+  // Raw pointers: the engine (which runs bodies) is destroyed before the transport and device.
+  auto run = [transport = transport_.get(), device = device_.get(), op, limit, ticket,
+              body = std::move(body)](DummyWork& work) mutable {
+    transport->beginOp(op, limit);
+    device->run(*ticket, work, [&] { body(*device, *transport); });
+  };
+  return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(run));
+}
+
+} // namespace dummy_collectives
