@@ -119,6 +119,12 @@ void DummyBackend::abort() {
   }
 }
 
+void DummyBackend::abortWith(const std::string& reason) {
+  if (transport_) {
+    transport_->abort(reason);
+  }
+}
+
 void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
   options_->timeout = timeout;
   if (p2p_) {

@@ -1,11 +1,13 @@
 // Python bindings: the Options and Backend classes, as subclasses of torch's own pybind types
 // so c10d accepts them wherever it takes a Backend or Backend.Options.
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/python.h>
 
 #include <dummy_collectives/backend.hpp>
 #include <dummy_collectives/cross_memory.hpp>
 #include <dummy_collectives/exit_registry.hpp>
+#include <dummy_collectives/hierarchy/hierarchical_backend.hpp>
 #include <dummy_collectives/work.hpp>
 #include <dummy_collectives/reduce_kernel.hpp>
 #include <dummy_collectives/shm_segment.hpp>
@@ -33,7 +35,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::optional<int> threads,
                       std::optional<bool> cudaIpc,
                       std::optional<size_t> cudaBufferBytes,
-                      std::optional<bool> cudaHostWait) {
+                      std::optional<bool> cudaHostWait,
+                      std::optional<std::string> interHost,
+                      std::optional<size_t> interHostInlineBytes,
+                      std::optional<size_t> interHostChunkBytes) {
             auto options = c10::make_intrusive<BackendOptions>();
             if (mode) {
               options->mode = dummy_collectives::parseMode(*mode);
@@ -77,6 +82,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             if (cudaHostWait) {
               options->cudaHostWait = *cudaHostWait;
             }
+            if (interHost) {
+              options->interHost = dummy_collectives::parseInterHost(*interHost);
+            }
+            if (interHostInlineBytes) {
+              options->interHostInlineBytes = *interHostInlineBytes;
+            }
+            if (interHostChunkBytes) {
+              TORCH_CHECK_VALUE(
+                  *interHostChunkBytes >= 4096, "inter_host_chunk_bytes must be at least 4096");
+              options->interHostChunkBytes = *interHostChunkBytes;
+            }
             return options;
           }),
           py::kw_only(),
@@ -91,7 +107,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("threads") = py::none(),
           py::arg("cuda_ipc") = py::none(),
           py::arg("cuda_buffer_bytes") = py::none(),
-          py::arg("cuda_host_wait") = py::none())
+          py::arg("cuda_host_wait") = py::none(),
+          py::arg("inter_host") = py::none(),
+          py::arg("inter_host_inline_bytes") = py::none(),
+          py::arg("inter_host_chunk_bytes") = py::none())
       .def_property(
           "mode",
           [](const BackendOptions& o) { return dummy_collectives::modeName(o.mode); },
@@ -108,7 +127,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("threads", &BackendOptions::threads)
       .def_readwrite("cuda_ipc", &BackendOptions::cudaIpc)
       .def_readwrite("cuda_buffer_bytes", &BackendOptions::cudaBufferBytes)
-      .def_readwrite("cuda_host_wait", &BackendOptions::cudaHostWait);
+      .def_readwrite("cuda_host_wait", &BackendOptions::cudaHostWait)
+      .def_property(
+          "inter_host",
+          [](const BackendOptions& o) { return o.interHost; },
+          [](BackendOptions& o, const std::string& name) {
+            o.interHost = dummy_collectives::parseInterHost(name);
+          })
+      .def_readwrite("inter_host_inline_bytes", &BackendOptions::interHostInlineBytes)
+      .def_readwrite("inter_host_chunk_bytes", &BackendOptions::interHostChunkBytes);
 
   py::class_<DummyBackend, c10d::Backend, c10::intrusive_ptr<DummyBackend>>(m, "DummyBackend")
       .def(
@@ -116,17 +143,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       int rank,
                       int size,
                       std::chrono::milliseconds timeout,
-                      const c10::intrusive_ptr<BackendOptions>& options) {
+                      const c10::intrusive_ptr<BackendOptions>& options,
+                      std::vector<int> rankLabels) {
             // A private copy: the group's timeout must not leak into the caller's options.
             auto own = c10::make_intrusive<BackendOptions>(*options);
             own->timeout = timeout;
-            return c10::make_intrusive<DummyBackend>(store, rank, size, own);
+            return c10::make_intrusive<DummyBackend>(store, rank, size, own, rankLabels);
           }),
           py::arg("store"),
           py::arg("rank"),
           py::arg("size"),
           py::arg("timeout"),
           py::arg("options"),
+          py::arg("rank_labels") = std::vector<int>(),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })
@@ -140,7 +169,74 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           &DummyBackend::sharesCores,
           "Whether the group's ranks outnumber the CPUs they may run on (the union of their CPU "
           "affinities), in which case a waiting rank hands its core over rather than polling; "
-          "None until the group's first collective.");
+          "None until the group's first collective.")
+      .def_property_readonly(
+          "broken_reason",
+          &DummyBackend::brokenReason,
+          "Why the group can no longer be used (a dead peer, a timeout, an abort); '' while it "
+          "can.");
+
+  using dummy_collectives::hierarchy::HierarchicalBackend;
+  using dummy_collectives::hierarchy::Topology;
+  py::class_<HierarchicalBackend, c10d::Backend, c10::intrusive_ptr<HierarchicalBackend>>(
+      m,
+      "HierarchicalBackend",
+      "A dummy group whose ranks span hosts: shared memory inside each host (host_backend), a "
+      "cross-host engine between hosts. Made by the backend's creator; see _hierarchy.py.")
+      .def(
+          py::init([](const c10::intrusive_ptr<c10d::Store>& store,
+                      int rank,
+                      int size,
+                      std::chrono::milliseconds timeout,
+                      const c10::intrusive_ptr<BackendOptions>& options,
+                      std::vector<std::vector<int>> hosts,
+                      std::vector<std::string> hostNames,
+                      std::vector<std::string> hostAddresses,
+                      c10::intrusive_ptr<DummyBackend> hostBackend,
+                      std::optional<c10::intrusive_ptr<c10d::Backend>> rail,
+                      c10::intrusive_ptr<c10d::Backend> everyone) {
+            auto own = c10::make_intrusive<BackendOptions>(*options);
+            own->timeout = timeout;
+            return c10::make_intrusive<HierarchicalBackend>(
+                store,
+                rank,
+                size,
+                own,
+                Topology(rank, std::move(hosts), std::move(hostNames), std::move(hostAddresses)),
+                std::move(hostBackend),
+                rail ? *rail : c10::intrusive_ptr<c10d::Backend>(),
+                std::move(everyone));
+          }),
+          py::arg("store"),
+          py::arg("rank"),
+          py::arg("size"),
+          py::arg("timeout"),
+          py::arg("options"),
+          py::arg("hosts"),
+          py::arg("host_names"),
+          py::arg("host_addresses"),
+          py::arg("host_backend"),
+          py::arg("rail"),
+          py::arg("everyone"),
+          py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly(
+          "hosts",
+          [](const HierarchicalBackend& b) {
+            std::vector<std::vector<int>> hosts;
+            for (int h = 0; h < b.topology().hostCount(); ++h) {
+              hosts.push_back(b.topology().ranksOn(h));
+            }
+            return hosts;
+          },
+          "The group ranks on each host, hosts ordered by their smallest rank.")
+      .def_property_readonly(
+          "host_backend",
+          &HierarchicalBackend::hostBackend,
+          "The DummyBackend of this rank's host (its ranks numbered by local rank).")
+      .def_property_readonly(
+          "broken_reason",
+          &HierarchicalBackend::brokenReason,
+          "Why the group can no longer be used, agreed by every rank; '' while it can.");
 
   // c10d hands our Work to Python as its base type; pybind then looks up the most derived type
   // first, and a type it does not know costs a failed lookup (hashing the type's name) on every

@@ -70,6 +70,16 @@ Mode parseMode(const std::string& text) {
       false, "dummy_collectives: mode must be 'real' or 'zero', got '", text, "'");
 }
 
+std::string parseInterHost(const std::string& text) {
+  TORCH_CHECK_VALUE(
+      text == "auto" || text == "gloo" || text == "nccl",
+      "dummy_collectives: the cross-host engine (DUMMY_COLLECTIVES_INTER_HOST or "
+      "pg_options.inter_host) must be 'auto', 'gloo' or 'nccl', got '",
+      text,
+      "'");
+  return text;
+}
+
 std::string modeName(Mode mode) {
   return mode == Mode::kZero ? "zero" : "real";
 }
@@ -95,6 +105,17 @@ BackendOptions::BackendOptions() : c10d::Backend::Options("dummy") {
   cudaBufferBytes = static_cast<size_t>(envInteger(
       "DUMMY_COLLECTIVES_CUDA_BUFFER_BYTES", static_cast<long long>(cudaBufferBytes), 1 << 16));
   cudaHostWait = envInteger("DUMMY_COLLECTIVES_CUDA_HOST_WAIT", cudaHostWait ? 1 : 0, 0) != 0;
+  if (const char* text = env("DUMMY_COLLECTIVES_INTER_HOST")) {
+    interHost = parseInterHost(text);
+  }
+  interHostInlineBytes = static_cast<size_t>(envInteger(
+      "DUMMY_COLLECTIVES_INTER_HOST_INLINE_BYTES",
+      static_cast<long long>(interHostInlineBytes),
+      0));
+  interHostChunkBytes = static_cast<size_t>(envInteger(
+      "DUMMY_COLLECTIVES_INTER_HOST_CHUNK_BYTES",
+      static_cast<long long>(interHostChunkBytes),
+      4096));
 }
 
 } // namespace dummy_collectives

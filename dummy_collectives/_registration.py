@@ -6,13 +6,34 @@ from typing import Any
 
 import torch.distributed as dist
 
-from dummy_collectives._C import DummyBackend, Options
+from dummy_collectives import _hierarchy, topology
+from dummy_collectives._C import DummyBackend, HierarchicalBackend, Options
 
 BACKEND_NAME = "dummy"
 
 
-def _create_backend(dist_opts: Any, pg_options: Options | None) -> DummyBackend:
-    """The creator c10d calls (extended API) for every group that uses the backend."""
+def _group_settings(options: Options) -> dict[str, object]:
+    """What every rank of a group must agree on beyond one host (checked at creation)."""
+    return {
+        "mode (DUMMY_COLLECTIVES_MODE)": options.mode,
+        "inter_host (DUMMY_COLLECTIVES_INTER_HOST)": options.inter_host,
+        "inter_host_inline_bytes (DUMMY_COLLECTIVES_INTER_HOST_INLINE_BYTES)": (
+            options.inter_host_inline_bytes
+        ),
+        "inter_host_chunk_bytes (DUMMY_COLLECTIVES_INTER_HOST_CHUNK_BYTES)": (
+            options.inter_host_chunk_bytes
+        ),
+    }
+
+
+def _create_backend(
+    dist_opts: Any, pg_options: Options | None
+) -> DummyBackend | HierarchicalBackend:
+    """The creator c10d calls (extended API) for every group that uses the backend.
+
+    Ranks on one host get today's shared-memory backend; a group whose ranks span hosts gets the
+    two-level one (``_hierarchy``).
+    """
     if pg_options is None:
         pg_options = Options()
     elif not isinstance(pg_options, Options):
@@ -20,13 +41,11 @@ def _create_backend(dist_opts: Any, pg_options: Options | None) -> DummyBackend:
             f"dummy backend: pg_options must be dummy_collectives.Options, "
             f"got {type(pg_options).__name__}"
         )
-    return DummyBackend(
-        dist_opts.store,
-        dist_opts.group_rank,
-        dist_opts.group_size,
-        dist_opts.timeout,
-        pg_options,
-    )
+    store, rank, size = dist_opts.store, dist_opts.group_rank, dist_opts.group_size
+    found = topology.discover(store, rank, size, _group_settings(pg_options))
+    if len(found.hosts) == 1 or pg_options.mode == "zero":
+        return DummyBackend(store, rank, size, dist_opts.timeout, pg_options)
+    return _hierarchy.create(store, found, dist_opts.timeout, pg_options)
 
 
 def register() -> None:

@@ -51,6 +51,9 @@ class DummyBackend final : public c10d::Backend {
   // ProcessGroup.abort() / _abort_process_group: marks the group aborted for every rank, so
   // queued, blocked and later operations on it raise at once (here and on the peers).
   void abort() override;
+  // Aborts the group for every rank of it with `reason` (a group spanning hosts tells its
+  // host's ranks why the whole group failed).
+  void abortWith(const std::string& reason);
 
 
   c10::intrusive_ptr<c10d::Work> broadcast(

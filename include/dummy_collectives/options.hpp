@@ -15,6 +15,8 @@ enum class Mode {
 
 Mode parseMode(const std::string& text);
 std::string modeName(Mode mode);
+// Validates a cross-host engine name (BackendOptions::interHost).
+std::string parseInterHost(const std::string& text);
 
 // Backend options, the PyTorch way: a c10d::Backend::Options subclass that Python passes as
 // `pg_options`. A default-constructed instance takes its values from the DUMMY_COLLECTIVES_*
@@ -61,6 +63,16 @@ struct BackendOptions : c10d::Backend::Options {
   // blocked on another process's event keeps the GPU (time-sliced between processes) until its
   // time slice ends, ~150 us per step measured on an H100; an idle process hands it over at once.
   bool cudaHostWait = true;
+
+  // Groups whose ranks span hosts (several hosts found at group creation): shared memory inside
+  // each host, this engine between hosts: "auto" (gloo; see README), "gloo" or "nccl".
+  std::string interHost = "auto";
+  // Collectives of up to this many bytes (allreduce, broadcast, reduce; all-gather counting a
+  // host's inputs) cross hosts with the agreement every collective starts with: one exchange.
+  size_t interHostInlineBytes = size_t{16} << 10;
+  // Larger messages cross hosts in chunks of this size, pipelined: a chunk's in-host stage
+  // overlaps the previous chunk's cross-host stage.
+  size_t interHostChunkBytes = size_t{4} << 20;
 };
 
 } // namespace dummy_collectives

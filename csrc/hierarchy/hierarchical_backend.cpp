@@ -1,0 +1,640 @@
+// The c10d face of a group that spans hosts: what each collective checks (argument_checks.cpp,
+// shared with the one-host face) and which two-level algorithm it runs (two_level.cpp).
+#include <dummy_collectives/hierarchy/hierarchical_backend.hpp>
+
+#include <unistd.h>
+
+#include <map>
+
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
+
+#include <dummy_collectives/argument_checks.hpp>
+#include <dummy_collectives/backend.hpp>
+#include <dummy_collectives/engine.hpp>
+#include <dummy_collectives/exit_registry.hpp>
+#include <dummy_collectives/hierarchy/agreement.hpp>
+#include <dummy_collectives/hierarchy/two_level.hpp>
+#include <dummy_collectives/monitored_barrier.hpp>
+#include <dummy_collectives/param_comms.hpp>
+#include <dummy_collectives/work.hpp>
+
+#include "../host_staging.hpp"
+
+namespace dummy_collectives::hierarchy {
+namespace {
+
+class HierarchyExitHandle final : public ExitHandle {
+ public:
+  HierarchyExitHandle(std::weak_ptr<Engine> engine, GroupHealth* health)
+      : engine_(std::move(engine)), health_(health) {}
+  bool drain() override {
+    auto engine = engine_.lock();
+    if (!engine) {
+      return false;
+    }
+    engine->drain();
+    return true;
+  }
+  void abort(const std::string& reason) override {
+    if (engine_.lock()) {
+      health_->markFailed(reason);
+    }
+  }
+
+ private:
+  std::weak_ptr<Engine> engine_;
+  GroupHealth* health_; // lives as long as the engine (the backend destroys the engine first)
+};
+
+// A receive from another host into a tensor the engine cannot write directly (a CUDA or
+// non-contiguous one): the engine receives into a host copy, copied into the tensor on wait().
+class StagedRecvWork final : public c10d::Work {
+ public:
+  StagedRecvWork(c10::intrusive_ptr<c10d::Work> inner, at::Tensor user, at::Tensor host)
+      : c10d::Work(-1, c10d::OpType::RECV),
+        inner_(std::move(inner)),
+        user_(std::move(user)),
+        host_(std::move(host)) {}
+  bool isCompleted() override {
+    return inner_->isCompleted();
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    inner_->wait(timeout);
+    user_.copy_(host_);
+    return true;
+  }
+  int sourceRank() const override {
+    return inner_->sourceRank();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  at::Tensor user_;
+  at::Tensor host_;
+};
+
+// Tensors grouped by dtype, each group concatenated: coalesced allreduces run one two-level
+// allreduce per dtype instead of one per tensor.
+std::map<at::ScalarType, std::vector<size_t>> byDtype(const std::vector<at::Tensor>& tensors) {
+  std::map<at::ScalarType, std::vector<size_t>> groups;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    groups[tensors[i].scalar_type()].push_back(i);
+  }
+  return groups;
+}
+
+} // namespace
+
+HierarchicalBackend::HierarchicalBackend(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    int rank,
+    int size,
+    c10::intrusive_ptr<BackendOptions> options,
+    Topology topology,
+    c10::intrusive_ptr<DummyBackend> host,
+    c10::intrusive_ptr<c10d::Backend> rail,
+    c10::intrusive_ptr<c10d::Backend> everyone)
+    : c10d::Backend(rank, size),
+      options_(std::move(options)),
+      topology_(std::move(topology)),
+      hostBackend_(std::move(host)),
+      pid_(static_cast<int>(::getpid())) {
+  TORCH_CHECK(
+      topology_.size() == size && topology_.rank() == rank,
+      "dummy_collectives: the topology is of rank ", topology_.rank(), " of ", topology_.size(),
+      ", the group's of rank ", rank, " of ", size);
+  TORCH_CHECK(
+      hostBackend_->getSize() == topology_.localSize() &&
+          hostBackend_->getRank() == topology_.localRank(),
+      "dummy_collectives: the host's backend is not this rank's host");
+  health_ = std::make_unique<GroupHealth>(
+      store,
+      [hostBackend = hostBackend_.get()](const std::string& reason) {
+        hostBackend->abortWith(reason);
+      },
+      c10::str(
+          "rank ", rank, " (host ", topology_.describeHost(topology_.host()), ", pid ", pid_,
+          ")"));
+  host_ = std::make_unique<InHostLevel>(
+      hostBackend_,
+      [hostBackend = hostBackend_.get()] { return hostBackend->brokenReason(); },
+      *health_);
+  const bool needsRail = topology_.uniform() || topology_.localRank() == 0;
+  TORCH_CHECK(
+      needsRail == static_cast<bool>(rail),
+      "dummy_collectives: rank ", rank, needsRail ? " needs" : " takes no", " cross-host rail");
+  if (rail) {
+    rail_ = std::make_unique<InterHostEngine>(
+        std::move(rail), topology_.rail(topology_.uniform() ? topology_.localRank() : 0),
+        topology_, *health_);
+  }
+  std::vector<int> all(size);
+  for (int r = 0; r < size; ++r) {
+    all[r] = r;
+  }
+  everyone_ = std::make_unique<InterHostEngine>(std::move(everyone), all, topology_, *health_);
+  HierarchySettings settings;
+  settings.inlineBytes = options_->interHostInlineBytes;
+  settings.chunkBytes = options_->interHostChunkBytes;
+  levels_ = std::unique_ptr<Levels>(
+      new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
+  engine_ = std::make_shared<Engine>(Engine::Timing{});
+  exitHandle_ = std::make_shared<HierarchyExitHandle>(engine_, health_.get());
+  registerForExit(exitHandle_, options_->timeout, rank);
+}
+
+HierarchicalBackend::~HierarchicalBackend() {
+  if (::getpid() != pid_) {
+    // A forked child: the threads of the engines exist only in the parent (see DummyBackend).
+    new std::shared_ptr<Engine>(std::move(engine_));
+    new std::unique_ptr<InterHostEngine>(std::move(rail_));
+    new std::unique_ptr<InterHostEngine>(std::move(everyone_));
+    new c10::intrusive_ptr<DummyBackend>(std::move(hostBackend_));
+    return;
+  }
+  engine_.reset(); // runs what is still queued, while the levels are alive
+  if (!health_->brokenReason().empty()) {
+    // A failed group may have given up a cross-host wait the engine cannot interrupt: its
+    // destructor would join a thread still blocked in it. The process's exit closes it.
+    new std::unique_ptr<InterHostEngine>(std::move(rail_));
+    new std::unique_ptr<InterHostEngine>(std::move(everyone_));
+  }
+}
+
+void HierarchicalBackend::setTimeout(std::chrono::milliseconds timeout) {
+  options_->timeout = timeout;
+  hostBackend_->setTimeout(timeout);
+  if (rail_) {
+    (*rail_)->setTimeout(timeout);
+  }
+  (*everyone_)->setTimeout(timeout);
+}
+
+void HierarchicalBackend::abort() {
+  health_->markFailed(c10::str(health_->self(), " aborted the process group (ProcessGroup.abort)"));
+}
+
+std::string HierarchicalBackend::brokenReason() const {
+  return health_->brokenReason();
+}
+
+Checker HierarchicalBackend::checker(const char* collective) const {
+  return Checker(collective, getRank(), getSize());
+}
+
+bool HierarchicalBackend::sameHost(int peer) const {
+  return topology_.hostOf(peer) == topology_.host();
+}
+
+template <typename Algorithm>
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
+    OpDescriptor op,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor> outputs,
+    Issue issue,
+    Algorithm algorithm,
+    const SplitSizes* splits) {
+  op.seq = ++seq_;
+  const bool observed = at::hasCallbacks(); // takes a lock: ask once
+  if (observed) {
+    const auto dtype = op.dtype >= 0 ? static_cast<at::ScalarType>(op.dtype) : at::kByte;
+    recordParamComms(
+        *this, op.seq, false, collectiveName(op.kind), getRank(), dtype, inputs, outputs,
+        splits != nullptr ? *splits : SplitSizes{});
+  }
+  OpContext ctx;
+  ctx.op = op;
+  ctx.rank = getRank();
+  ctx.timeout = issue.timeout == c10d::kUnsetTimeout ? options_->timeout : issue.timeout;
+  // Raw pointers: the engine (which runs bodies) is destroyed before the levels.
+  auto run = [levels = levels_.get(), health = health_.get(), ctx,
+              algorithm = std::move(algorithm)]() mutable {
+    ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
+    health->raiseIfBroken(ctx.describe());
+    algorithm(*levels, ctx);
+  };
+  if (issue.blocking && !observed) {
+    std::exception_ptr error;
+    const bool ran = engine_->runNow([&] {
+      try {
+        run();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    if (ran) {
+      return DummyWork::ran(getRank(), opType, std::move(outputs), op.seq, error);
+    }
+  }
+  auto shared = std::make_shared<decltype(run)>(std::move(run));
+  auto work = c10::make_intrusive<DummyWork>(
+      getRank(), opType, profilingTitle, inputs, std::move(outputs), op.seq,
+      [shared](DummyWork&) { (*shared)(); }, engine_);
+  engine_->enqueue(work);
+  return work;
+}
+
+// ---- The collectives ---------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::allreduce(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == c10::kSparse) {
+    return allreduce_sparse(tensors, opts);
+  }
+  const CheckedReduction checked = checks::allreduce(checker("allreduce"), tensors, opts.reduceOp);
+  return submit(
+      checked.op, c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors, tensors, issued(opts),
+      [staged = HostStaging(tensors[0]), op = opts.reduceOp, spec = checked.specs[0]](
+          const Levels& levels, const OpContext& ctx) mutable {
+        two_level::allreduce(levels, ctx, staged.acquire(/*copyIn=*/true), op, spec);
+        staged.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::allreduce_sparse(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceOptions& opts) {
+  const OpDescriptor op =
+      checks::allreduceSparse(checker("allreduce_sparse"), tensors, opts.reduceOp);
+  return submit(
+      op, c10d::OpType::_ALLREDUCE_SPARSE, "dummy:sparse_all_reduce", tensors, tensors,
+      issued(opts), [tensor = tensors[0]](const Levels& levels, const OpContext& ctx) mutable {
+        tensor.copy_(two_level::allreduceSparse(levels, ctx, tensor));
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  CheckedReduction checked =
+      checks::allreduceCoalesced(checker("allreduce_coalesced"), tensors, opts.reduceOp);
+  return submit(
+      checked.op, c10d::OpType::ALLREDUCE_COALESCED, "dummy:allreduce_coalesced", tensors,
+      tensors, issued(opts),
+      [staged = HostStagingList(tensors), op = opts.reduceOp, specs = std::move(checked.specs)](
+          const Levels& levels, const OpContext& ctx) mutable {
+        std::vector<at::Tensor> hosts = staged.acquire(/*copyIn=*/true);
+        agree(levels, ctx);
+        for (const auto& [dtype, members] : byDtype(hosts)) {
+          std::vector<at::Tensor> flat;
+          for (size_t i : members) {
+            flat.push_back(hosts[i].reshape(-1));
+          }
+          at::Tensor all = at::cat(flat);
+          two_level::allreduceData(levels, ctx, all, op, specs[members[0]]);
+          int64_t offset = 0;
+          for (size_t i : members) {
+            hosts[i].view(-1).copy_(all.narrow(0, offset, hosts[i].numel()));
+            offset += hosts[i].numel();
+          }
+        }
+        staged.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::reduce(
+    std::vector<at::Tensor>& tensors,
+    const c10d::ReduceOptions& opts) {
+  const CheckedReduction checked = checks::reduce(checker("reduce"), tensors, opts);
+  const int root = static_cast<int>(opts.rootRank);
+  return submit(
+      checked.op, c10d::OpType::REDUCE, "dummy:reduce", tensors, tensors, issued(opts),
+      [staged = HostStaging(tensors[0]), op = opts.reduceOp, spec = checked.specs[0], root,
+       isRoot = root == getRank()](const Levels& levels, const OpContext& ctx) mutable {
+        two_level::reduce(levels, ctx, staged.acquire(/*copyIn=*/true), op, spec, root);
+        staged.release(/*copyOut=*/isRoot);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::broadcast(
+    std::vector<at::Tensor>& tensors,
+    const c10d::BroadcastOptions& opts) {
+  const OpDescriptor op = checks::broadcast(checker("broadcast"), tensors, opts);
+  const int root = static_cast<int>(opts.rootRank);
+  return submit(
+      op, c10d::OpType::BROADCAST, "dummy:broadcast", tensors, tensors, issued(opts),
+      [staged = HostStaging(tensors[0]), root, isRoot = root == getRank()](
+          const Levels& levels, const OpContext& ctx) mutable {
+        two_level::broadcast(levels, ctx, staged.acquire(/*copyIn=*/isRoot), root);
+        staged.release(/*copyOut=*/!isRoot);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  const OpDescriptor op = checks::allgather(checker("allgather"), outputTensors, inputTensors);
+  std::vector<at::Tensor>& outputs = outputTensors[0];
+  return submit(
+      op, c10d::OpType::ALLGATHER, "dummy:all_gather", inputTensors, outputs, issued(opts),
+      [in = HostStaging(inputTensors[0]), out = HostStagingList(outputs)](
+          const Levels& levels, const OpContext& ctx) mutable {
+        const at::Tensor& input = in.acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        at::Tensor all = at::empty({input.numel() * levels.topology.size()}, input.options());
+        two_level::allgather(levels, ctx, input, all);
+        for (size_t r = 0; r < hostOut.size(); ++r) {
+          hostOut[r].view(-1).copy_(all.narrow(0, r * input.numel(), input.numel()));
+        }
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::_allgather_base(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::AllgatherOptions& opts) {
+  const OpDescriptor op =
+      checks::allgatherBase(checker("_allgather_base"), outputBuffer, inputBuffer);
+  return submit(
+      op, c10d::OpType::_ALLGATHER_BASE, "dummy:_allgather_base", {inputBuffer}, {outputBuffer},
+      issued(opts),
+      [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer)](
+          const Levels& levels, const OpContext& ctx) mutable {
+        two_level::allgather(levels, ctx, in.acquire(/*copyIn=*/true), out.acquire(false));
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputTensorLists,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  const OpDescriptor op = checks::allgatherCoalesced(
+      checker("allgather_coalesced"), outputTensorLists, inputTensors);
+  const std::vector<at::Tensor> outputs = flatten(outputTensorLists); // by rank, then by input
+  return submit(
+      op, c10d::OpType::ALLGATHER_COALESCED, "dummy:all_gather_coalesced", inputTensors, outputs,
+      issued(opts),
+      [in = HostStagingList(inputTensors), out = HostStagingList(outputs),
+       count = inputTensors.size()](const Levels& levels, const OpContext& ctx) mutable {
+        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        agree(levels, ctx);
+        for (size_t i = 0; i < count; ++i) {
+          const int64_t n = hostIn[i].numel();
+          at::Tensor all = at::empty({n * levels.topology.size()}, hostIn[i].options());
+          two_level::allgatherData(levels, ctx, hostIn[i], all);
+          for (int r = 0; r < levels.topology.size(); ++r) {
+            hostOut[r * count + i].view(-1).copy_(all.narrow(0, r * n, n));
+          }
+        }
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const OpDescriptor op = checks::allgatherIntoTensorCoalesced(
+      checker("allgather_into_tensor_coalesced"), outputs, inputs);
+  return submit(
+      op, c10d::OpType::COALESCED, "dummy:all_gather_into_tensor_coalesced", inputs, outputs,
+      issued(opts),
+      [in = HostStagingList(inputs), out = HostStagingList(outputs)](
+          const Levels& levels, const OpContext& ctx) mutable {
+        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        agree(levels, ctx);
+        for (size_t i = 0; i < hostIn.size(); ++i) {
+          two_level::allgatherData(levels, ctx, hostIn[i], hostOut[i]);
+        }
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::GatherOptions& opts) {
+  std::vector<at::Tensor> outputs;
+  const OpDescriptor op =
+      checks::gather(checker("gather"), outputTensors, inputTensors, opts, outputs);
+  return submit(
+      op, c10d::OpType::GATHER, "dummy:gather", inputTensors, outputs, issued(opts),
+      [in = HostStaging(inputTensors[0]), out = HostStagingList(outputs), root = op.root](
+          const Levels& levels, const OpContext& ctx) mutable {
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        two_level::gather(levels, ctx, in.acquire(/*copyIn=*/true), hostOut, root);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ScatterOptions& opts) {
+  std::vector<at::Tensor> inputs;
+  const OpDescriptor op =
+      checks::scatter(checker("scatter"), outputTensors, inputTensors, opts, inputs);
+  return submit(
+      op, c10d::OpType::SCATTER, "dummy:scatter", inputs, outputTensors, issued(opts),
+      [in = HostStagingList(inputs), out = HostStaging(outputTensors[0]), root = op.root](
+          const Levels& levels, const OpContext& ctx) mutable {
+        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+        two_level::scatter(levels, ctx, hostIn, out.acquire(/*copyIn=*/false), root);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ReduceScatterOptions& opts) {
+  const CheckedReduction checked = checks::reduceScatter(
+      checker("reduce_scatter"), outputTensors, inputTensors, opts.reduceOp);
+  return submit(
+      checked.op, c10d::OpType::REDUCE_SCATTER, "dummy:reduce_scatter", inputTensors[0],
+      outputTensors, issued(opts),
+      [in = HostStagingList(inputTensors[0]), out = HostStaging(outputTensors[0]),
+       op = opts.reduceOp, spec = checked.specs[0]](
+          const Levels& levels, const OpContext& ctx) mutable {
+        std::vector<at::Tensor> parts;
+        for (const at::Tensor& t : in.acquire(/*copyIn=*/true)) {
+          parts.push_back(t.reshape(-1));
+        }
+        two_level::reduceScatter(levels, ctx, at::cat(parts), out.acquire(false), op, spec);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::_reduce_scatter_base(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> outputs{outputBuffer};
+  std::vector<at::Tensor> inputs{inputBuffer};
+  const CheckedReduction checked = checks::reduceScatterTensors(
+      checker("_reduce_scatter_base"), outputs, inputs, opts.reduceOp, /*coalesced=*/false);
+  return submit(
+      checked.op, c10d::OpType::_REDUCE_SCATTER_BASE, "dummy:_reduce_scatter_base", inputs,
+      outputs, issued(opts),
+      [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer), op = opts.reduceOp,
+       spec = checked.specs[0]](const Levels& levels, const OpContext& ctx) mutable {
+        two_level::reduceScatter(
+            levels, ctx, in.acquire(/*copyIn=*/true), out.acquire(false), op, spec);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  CheckedReduction checked = checks::reduceScatterTensors(
+      checker("reduce_scatter_tensor_coalesced"), outputs, inputs, opts.reduceOp,
+      /*coalesced=*/true);
+  return submit(
+      checked.op, c10d::OpType::COALESCED, "dummy:reduce_scatter_tensor_coalesced", inputs,
+      outputs, issued(opts),
+      [in = HostStagingList(inputs), out = HostStagingList(outputs), op = opts.reduceOp,
+       specs = std::move(checked.specs)](const Levels& levels, const OpContext& ctx) mutable {
+        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        agree(levels, ctx);
+        for (size_t i = 0; i < hostIn.size(); ++i) {
+          two_level::reduceScatterData(levels, ctx, hostIn[i], hostOut[i], op, specs[i]);
+        }
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::alltoall_base(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes,
+    const c10d::AllToAllOptions& opts) {
+  const CheckedAlltoall checked = checks::alltoallBase(
+      checker("alltoall_base"), outputBuffer, inputBuffer, outputSplitSizes, inputSplitSizes);
+  std::vector<int64_t> sendBytes;
+  std::vector<int64_t> recvBytes;
+  for (size_t r = 0; r < checked.sendRows.size(); ++r) {
+    sendBytes.push_back(checked.sendRows[r] * static_cast<int64_t>(checked.sendRowBytes));
+    recvBytes.push_back(checked.recvRows[r] * static_cast<int64_t>(checked.recvRowBytes));
+  }
+  const SplitSizes splits{inputSplitSizes, outputSplitSizes};
+  return submit(
+      checked.op, c10d::OpType::ALLTOALL_BASE, "dummy:all_to_all", {inputBuffer},
+      {outputBuffer}, issued(opts),
+      [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer), sendBytes, recvBytes](
+          const Levels& levels, const OpContext& ctx) mutable {
+        two_level::alltoall(
+            levels, ctx, in.acquire(/*copyIn=*/true), out.acquire(false), sendBytes, recvBytes);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      },
+      &splits);
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::alltoall(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllToAllOptions& opts) {
+  const OpDescriptor op = checks::alltoall(checker("alltoall"), outputTensors, inputTensors);
+  return submit(
+      op, c10d::OpType::ALLTOALL, "dummy:all_to_all", inputTensors, outputTensors, issued(opts),
+      [in = HostStagingList(inputTensors), out = HostStagingList(outputTensors)](
+          const Levels& levels, const OpContext& ctx) mutable {
+        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        std::vector<at::Tensor> sendParts;
+        std::vector<int64_t> sendBytes;
+        std::vector<int64_t> recvBytes;
+        int64_t received = 0;
+        for (size_t r = 0; r < hostIn.size(); ++r) {
+          sendParts.push_back(bytesOf(hostIn[r]));
+          sendBytes.push_back(sendParts.back().numel());
+          recvBytes.push_back(hostOut[r].numel() * hostOut[r].element_size());
+          received += recvBytes.back();
+        }
+        at::Tensor inBytes = at::cat(sendParts);
+        at::Tensor outBytes = at::empty({received}, at::kByte);
+        two_level::alltoall(levels, ctx, inBytes, outBytes, sendBytes, recvBytes);
+        int64_t offset = 0;
+        for (size_t r = 0; r < hostOut.size(); ++r) {
+          bytesOf(hostOut[r]).copy_(outBytes.narrow(0, offset, recvBytes[r]));
+          offset += recvBytes[r];
+        }
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::barrier(const c10d::BarrierOptions& opts) {
+  return submit(
+      OpDescriptor{}, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, issued(opts),
+      [](const Levels& levels, const OpContext& ctx) { two_level::barrier(levels, ctx); });
+}
+
+void HierarchicalBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  dummy_collectives::monitoredBarrier(*this, opts, waitAllRanks, options_->timeout);
+}
+
+// ---- Point-to-point ----------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::send(
+    std::vector<at::Tensor>& tensors,
+    int dstRank,
+    int tag) {
+  checks::send(checker("send"), tensors, dstRank);
+  if (sameHost(dstRank)) {
+    return hostBackend_->send(tensors, topology_.localRankOf(dstRank), tag);
+  }
+  health_->raiseIfBroken(c10::str("dummy send to rank ", dstRank, " on rank ", getRank()));
+  // The engine sends from contiguous host memory; the Work keeps the copy alive.
+  std::vector<at::Tensor> host{tensors[0].to(at::kCPU).contiguous()};
+  return (*everyone_)->send(host, dstRank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recv(
+    std::vector<at::Tensor>& tensors,
+    int srcRank,
+    int tag) {
+  checks::recv(checker("recv"), tensors, srcRank);
+  if (sameHost(srcRank)) {
+    return hostBackend_->recv(tensors, topology_.localRankOf(srcRank), tag);
+  }
+  health_->raiseIfBroken(c10::str("dummy recv from rank ", srcRank, " on rank ", getRank()));
+  const at::Tensor& user = tensors[0];
+  if (user.is_cpu() && user.is_contiguous()) {
+    return (*everyone_)->recv(tensors, srcRank, tag);
+  }
+  std::vector<at::Tensor> host{at::empty(user.sizes(), user.options().device(at::kCPU))};
+  return c10::make_intrusive<StagedRecvWork>(
+      (*everyone_)->recv(host, srcRank, tag), user, host[0]);
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recvAnysource(
+    std::vector<at::Tensor>& tensors,
+    int tag) {
+  const Checker check = checker("recvAnysource");
+  checks::recv(check, tensors, std::nullopt);
+  // A message may come through shared memory or through the engine, and neither lets a posted
+  // receive be withdrawn once the other one matched: a receive from any source could take two.
+  check.require(
+      false,
+      "receiving from any source is not supported in a group whose ranks span ",
+      topology_.hostCount(),
+      " hosts; pass the source rank (torch.distributed.recv(tensor, src=...))");
+  return {};
+}
+
+} // namespace dummy_collectives::hierarchy

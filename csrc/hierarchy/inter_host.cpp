@@ -1,0 +1,142 @@
+#include <dummy_collectives/hierarchy/inter_host.hpp>
+
+#include <condition_variable>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/StringUtil.h>
+
+namespace dummy_collectives::hierarchy {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a cross-host wait goes before it starts asking the store whether the group failed
+// elsewhere, and how often it asks then. Waits that end sooner never touch the store.
+constexpr std::chrono::milliseconds kQuietWait{100};
+constexpr std::chrono::milliseconds kPollPeriod{100};
+// After the engine fails (a peer's connection closed), how long to wait for the reason the
+// failed rank's host peers publish: they see a dead process within their liveness period.
+constexpr std::chrono::milliseconds kReasonPatience{500};
+
+struct Completion {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+
+} // namespace
+
+at::Tensor bytesOf(const at::Tensor& tensor) {
+  return tensor.reshape(-1).view(at::kByte);
+}
+
+InterHostEngine::InterHostEngine(
+    c10::intrusive_ptr<c10d::Backend> backend,
+    std::vector<int> members,
+    const Topology& topology,
+    GroupHealth& health)
+    : backend_(std::move(backend)),
+      members_(std::move(members)),
+      topology_(topology),
+      health_(health) {
+  TORCH_CHECK(
+      static_cast<int>(members_.size()) == backend_->getSize(),
+      "dummy_collectives: a cross-host engine of ", backend_->getSize(), " ranks for ",
+      members_.size(), " members");
+}
+
+c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(at::Tensor& out, at::Tensor& in) const {
+  return backend_->_allgather_base(out, in);
+}
+
+c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(at::Tensor& out, at::Tensor& in) const {
+  std::vector<int64_t> none;
+  return backend_->alltoall_base(out, in, none, none);
+}
+
+c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(
+    at::Tensor& out,
+    at::Tensor& in,
+    std::vector<int64_t> outSplits,
+    std::vector<int64_t> inSplits) const {
+  return backend_->alltoall_base(out, in, outSplits, inSplits);
+}
+
+c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(at::Tensor& data, int root) const {
+  std::vector<at::Tensor> tensors{data};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  return backend_->broadcast(tensors, opts);
+}
+
+void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const {
+  if (!work->isCompleted()) {
+    auto completion = std::make_shared<Completion>();
+    work->getFuture()->addCallback([completion](c10::ivalue::Future&) {
+      {
+        std::lock_guard<std::mutex> lock(completion->mu);
+        completion->done = true;
+      }
+      completion->cv.notify_all();
+    });
+    const auto start = Clock::now();
+    auto nextPoll = start + kQuietWait;
+    std::unique_lock<std::mutex> lock(completion->mu);
+    while (!completion->done) {
+      const auto now = Clock::now();
+      if (now >= ctx.deadline) {
+        lock.unlock();
+        health_.fail(
+            ctx.describe(),
+            c10::str(
+                "timed out after ",
+                std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
+                " ms waiting for the ranks of another host (ranks ", c10::Join(", ", members_),
+                " take part in this step; its timeout is ", ctx.timeout.count(), " ms)"));
+      }
+      if (now >= nextPoll) {
+        lock.unlock();
+        if (auto reason = health_.published()) {
+          health_.fail(ctx.describe(), *reason);
+        }
+        health_.raiseIfBroken(ctx.describe()); // failed on this rank's other thread
+        nextPoll = Clock::now() + kPollPeriod;
+        lock.lock();
+        continue;
+      }
+      completion->cv.wait_until(lock, std::min(nextPoll, ctx.deadline));
+    }
+  }
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    // A peer's connection closed or the engine gave up. If the rank that failed is dead, its
+    // host peers see that within their liveness period and publish it, naming it: prefer that.
+    auto reason = health_.awaitPublished(kReasonPatience);
+    health_.fail(ctx.describe(), reason ? *reason : describeFailure(e.what()));
+  }
+}
+
+std::string InterHostEngine::describeFailure(const std::string& engineError) const {
+  // gloo names the peer by address: "Connection closed by peer [10.0.0.2]:4567".
+  std::string peer;
+  const size_t open = engineError.find('[');
+  const size_t close = engineError.find(']', open == std::string::npos ? 0 : open);
+  if (open != std::string::npos && close != std::string::npos) {
+    const int host = topology_.hostAt(engineError.substr(open + 1, close - open - 1));
+    for (const int member : members_) {
+      if (host >= 0 && topology_.hostOf(member) == host) {
+        peer = topology_.describeRank(member);
+      }
+    }
+  }
+  return c10::str(
+      "lost the cross-host connection to ",
+      peer.empty() ? std::string("a rank on another host") : peer,
+      " (its process or host died, or the network failed; nobody reported a cause): ",
+      engineError);
+}
+
+} // namespace dummy_collectives::hierarchy

@@ -1,0 +1,755 @@
+#include <dummy_collectives/hierarchy/two_level.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
+#include <torch/csrc/distributed/c10d/exception.h>
+
+#include <dummy_collectives/hierarchy/agreement.hpp>
+#include <dummy_collectives/hierarchy/pipeline.hpp>
+#include <dummy_collectives/reduce_kernel.hpp>
+
+namespace dummy_collectives::hierarchy::two_level {
+namespace {
+
+int64_t ceilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+int64_t roundUp(int64_t a, int64_t b) {
+  return ceilDiv(a, b) * b;
+}
+
+std::byte* bytePtr(const at::Tensor& t) {
+  return static_cast<std::byte*>(t.data_ptr());
+}
+
+ByteView viewOf(const at::Tensor& t) {
+  return {bytePtr(t), static_cast<size_t>(t.numel()) * t.element_size()};
+}
+
+// The in-host stage reduces with the collective's own operation, except AVG: the hosts' sums are
+// added across hosts and divided once, by the whole group's size (crossSpec).
+c10d::ReduceOp hostOp(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::AVG ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
+}
+ReduceSpec hostSpec(ReduceSpec spec) {
+  spec.divisor = 1;
+  return spec;
+}
+// Across hosts the values are already premultiplied (PREMUL_SUM) by the in-host stage.
+ReduceSpec crossSpec(ReduceSpec spec) {
+  spec.premul = false;
+  spec.factor = 1.0;
+  return spec;
+}
+
+// Folds `count` sources of `numel` elements each (in source order) into `out`.
+void fold(const ReduceSpec& spec, void* out, const std::vector<const void*>& srcs, int64_t numel) {
+  reduceInto(spec, out, srcs.data(), static_cast<int>(srcs.size()), numel);
+}
+
+Bytes foldPayloads(const ReduceSpec& spec, const std::vector<ByteView>& payloads, size_t bytes,
+                   int64_t numel) {
+  Bytes out(bytes);
+  std::vector<const void*> srcs;
+  for (const auto& p : payloads) {
+    TORCH_CHECK(p.size == bytes, "dummy_collectives: a payload of ", p.size, " bytes, not ", bytes);
+    srcs.push_back(p.data);
+  }
+  fold(spec, out.data(), srcs, numel);
+  return out;
+}
+
+// Options of the in-host collectives a two-level algorithm issues: asynchronous (the pipeline
+// waits for them itself), with the collective's timeout.
+template <typename Options>
+Options hostOptions(const OpContext& ctx) {
+  Options opts;
+  opts.timeout = ctx.timeout;
+  opts.asyncOp = true;
+  return opts;
+}
+
+Pending waitHost(const Levels& levels, const OpContext& ctx, c10::intrusive_ptr<c10d::Work> w) {
+  return [&levels, &ctx, w = std::move(w)] { levels.host.wait(w, ctx); };
+}
+
+Pending waitEngine(const InterHostEngine& engine, const OpContext& ctx,
+                   c10::intrusive_ptr<c10d::Work> w) {
+  return [&engine, &ctx, w = std::move(w)] { engine.wait(w, ctx); };
+}
+
+c10::intrusive_ptr<c10d::Work> hostReduceScatter(
+    const Levels& levels, const OpContext& ctx, at::Tensor& out, at::Tensor& in,
+    const c10d::ReduceOp& op) {
+  auto opts = hostOptions<c10d::ReduceScatterOptions>(ctx);
+  opts.reduceOp = hostOp(op);
+  return levels.host->_reduce_scatter_base(out, in, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> hostAllgather(
+    const Levels& levels, const OpContext& ctx, at::Tensor& out, at::Tensor& in) {
+  return levels.host->_allgather_base(out, in, hostOptions<c10d::AllgatherOptions>(ctx));
+}
+
+c10::intrusive_ptr<c10d::Work> hostBroadcast(
+    const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
+  auto opts = hostOptions<c10d::BroadcastOptions>(ctx);
+  opts.rootRank = root;
+  std::vector<at::Tensor> tensors{data};
+  return levels.host->broadcast(tensors, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> hostReduce(
+    const Levels& levels, const OpContext& ctx, at::Tensor& data, int root,
+    const c10d::ReduceOp& op) {
+  auto opts = hostOptions<c10d::ReduceOptions>(ctx);
+  opts.rootRank = root;
+  opts.reduceOp = hostOp(op);
+  std::vector<at::Tensor> tensors{data};
+  return levels.host->reduce(tensors, opts);
+}
+
+// How a message of `numel` elements is cut into pipeline chunks whose element counts are
+// multiples of `granule` (every in-host and cross-host part is then whole). The last chunk may
+// need padding up to a granule: it then works on a zeroed copy (the padding's results are
+// never read back).
+struct Chunking {
+  int64_t numel;
+  int64_t granule;
+  int64_t chunk; // elements per chunk (a multiple of granule)
+  int count;
+
+  Chunking(int64_t numel_, int64_t granule_, size_t chunkBytes, size_t elementSize)
+      : numel(numel_), granule(granule_) {
+    const int64_t wanted = static_cast<int64_t>(chunkBytes / std::max<size_t>(1, elementSize));
+    chunk = std::max(granule, wanted / granule * granule);
+    count = static_cast<int>(std::max<int64_t>(1, ceilDiv(numel, chunk)));
+  }
+  int64_t begin(int c) const {
+    return std::min(numel, c * chunk);
+  }
+  int64_t length(int c) const {
+    return std::min(numel, begin(c) + chunk) - begin(c);
+  }
+  int64_t padded(int c) const {
+    return std::max(granule, roundUp(length(c), granule));
+  }
+};
+
+// Chunk c of flat `data` as a pipeline works on it: a view where the chunk is whole granules,
+// else a zero-padded copy that finish() copies back.
+struct ChunkBuffer {
+  at::Tensor data; // the user's chunk (a view)
+  at::Tensor work; // what the stages read and write
+  ChunkBuffer() = default;
+  ChunkBuffer(const at::Tensor& flat, const Chunking& plan, int c, bool copyIn) {
+    data = flat.narrow(0, plan.begin(c), plan.length(c));
+    if (plan.padded(c) == plan.length(c)) {
+      work = data;
+    } else {
+      work = at::zeros({plan.padded(c)}, flat.options());
+      if (copyIn) {
+        work.narrow(0, 0, plan.length(c)).copy_(data);
+      }
+    }
+  }
+  void finish() const {
+    if (!work.is_same(data)) {
+      data.copy_(work.narrow(0, 0, data.numel()));
+    }
+  }
+};
+
+// 64 bytes of elements: parts cut on cache-line boundaries fold at full speed.
+int64_t lineElements(size_t elementSize) {
+  return std::max<int64_t>(1, 64 / static_cast<int64_t>(elementSize));
+}
+
+// ---- allreduce ---------------------------------------------------------------------------------
+
+// Uniform topology: per chunk, reduce-scatter inside the host (rank k keeps part k), on rail k
+// an all-to-all of part k's pieces and a fold (each host's rail rank owns one piece), an
+// all-gather of the folded pieces on the rail, an all-gather inside the host.
+void allreduceOnRails(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const c10d::ReduceOp& op,
+    const ReduceSpec& spec) {
+  const InterHostEngine& rail = *levels.rail;
+  const int L = levels.host.size();
+  const int H = rail.size();
+  const Chunking plan(
+      flat.numel(), int64_t{L} * H * lineElements(flat.element_size()),
+      levels.settings.chunkBytes, flat.element_size());
+  const ReduceSpec across = crossSpec(spec);
+  struct State {
+    ChunkBuffer buffer;
+    at::Tensor shard; // this rank's part of the chunk
+    at::Tensor pieces; // every host's copy of this rank's piece of the shard
+    at::Tensor folded; // this rank's piece, reduced over hosts
+  };
+  std::vector<State> states(plan.count);
+  runPipeline(
+      plan.count,
+      {[&](int c) {
+         State& s = states[c];
+         s.buffer = ChunkBuffer(flat, plan, c, /*copyIn=*/true);
+         s.shard = at::empty({plan.padded(c) / L}, flat.options());
+         return waitHost(levels, ctx, hostReduceScatter(levels, ctx, s.shard, s.buffer.work, op));
+       },
+       [&](int c) {
+         State& s = states[c];
+         s.pieces = at::empty_like(s.shard);
+         at::Tensor out = bytesOf(s.pieces);
+         at::Tensor in = bytesOf(s.shard);
+         return waitEngine(rail, ctx, rail.alltoall(out, in));
+       },
+       [&](int c) -> Pending {
+         State& s = states[c];
+         const int64_t piece = s.shard.numel() / H;
+         s.folded = at::empty({piece}, flat.options());
+         std::vector<const void*> srcs;
+         for (int h = 0; h < H; ++h) {
+           srcs.push_back(bytePtr(s.pieces) + h * piece * flat.element_size());
+         }
+         fold(across, s.folded.data_ptr(), srcs, piece);
+         return nullptr;
+       },
+       [&](int c) {
+         State& s = states[c];
+         at::Tensor out = bytesOf(s.shard);
+         at::Tensor in = bytesOf(s.folded);
+         return waitEngine(rail, ctx, rail.allgather(out, in));
+       },
+       [&](int c) -> Pending {
+         State& s = states[c];
+         auto work = hostAllgather(levels, ctx, s.buffer.work, s.shard);
+         return [&levels, &ctx, &s, work] {
+           levels.host.wait(work, ctx);
+           s.buffer.finish();
+           s = State(); // the chunk's buffers go as soon as it is done
+         };
+       }});
+}
+
+// Hosts of different sizes: per chunk, reduce to the host's leader, an all-to-all, fold and
+// all-gather among the leaders, a broadcast inside the host.
+void allreduceThroughLeaders(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const c10d::ReduceOp& op,
+    const ReduceSpec& spec) {
+  const int H = levels.topology.hostCount();
+  const Chunking plan(
+      flat.numel(), int64_t{H} * lineElements(flat.element_size()), levels.settings.chunkBytes,
+      flat.element_size());
+  const ReduceSpec across = crossSpec(spec);
+  const bool leader = levels.leader();
+  const bool alone = levels.host.size() == 1;
+  struct State {
+    ChunkBuffer buffer;
+    at::Tensor pieces;
+    at::Tensor folded;
+  };
+  std::vector<State> states(plan.count);
+  runPipeline(
+      plan.count,
+      {[&](int c) -> Pending {
+         State& s = states[c];
+         s.buffer = ChunkBuffer(flat, plan, c, /*copyIn=*/true);
+         if (alone) {
+           // AVG's and PREMUL_SUM's in-host stage on one rank: nothing to add, but the
+           // premultiplication still applies.
+           if (spec.premul) {
+             s.buffer.work.mul_(spec.factor);
+           }
+           return nullptr;
+         }
+         return waitHost(levels, ctx, hostReduce(levels, ctx, s.buffer.work, 0, op));
+       },
+       [&](int c) -> Pending {
+         if (!leader) {
+           return nullptr;
+         }
+         State& s = states[c];
+         s.pieces = at::empty_like(s.buffer.work);
+         at::Tensor out = bytesOf(s.pieces);
+         at::Tensor in = bytesOf(s.buffer.work);
+         return waitEngine(*levels.rail, ctx, levels.rail->alltoall(out, in));
+       },
+       [&](int c) -> Pending {
+         if (!leader) {
+           return nullptr;
+         }
+         State& s = states[c];
+         const int64_t piece = s.pieces.numel() / H;
+         s.folded = at::empty({piece}, flat.options());
+         std::vector<const void*> srcs;
+         for (int h = 0; h < H; ++h) {
+           srcs.push_back(bytePtr(s.pieces) + h * piece * flat.element_size());
+         }
+         fold(across, s.folded.data_ptr(), srcs, piece);
+         return nullptr;
+       },
+       [&](int c) -> Pending {
+         if (!leader) {
+           return nullptr;
+         }
+         State& s = states[c];
+         at::Tensor out = bytesOf(s.buffer.work);
+         at::Tensor in = bytesOf(s.folded);
+         return waitEngine(*levels.rail, ctx, levels.rail->allgather(out, in));
+       },
+       [&](int c) -> Pending {
+         State& s = states[c];
+         c10::intrusive_ptr<c10d::Work> work;
+         if (!alone) {
+           work = hostBroadcast(levels, ctx, s.buffer.work, 0);
+         }
+         return [&levels, &ctx, &s, work] {
+           if (work) {
+             levels.host.wait(work, ctx);
+           }
+           s.buffer.finish();
+           s = State();
+         };
+       }});
+}
+
+} // namespace
+
+void allreduceData(
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& data,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec) {
+  at::Tensor flat = data.view(-1);
+  if (levels.topology.uniform()) {
+    allreduceOnRails(levels, ctx, flat, op, spec);
+  } else {
+    allreduceThroughLeaders(levels, ctx, flat, op, spec);
+  }
+}
+
+void allreduce(
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& data,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec) {
+  const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
+  if (bytes > levels.settings.inlineBytes) {
+    agree(levels, ctx);
+    allreduceData(levels, ctx, data, op, spec);
+    return;
+  }
+  // Small: the data rides with the agreement. Each host folds its ranks' payloads, then every
+  // host's sum is folded in host order (the same order on every rank: identical results).
+  const int64_t numel = data.numel();
+  const Combine combine{
+      [&](const std::vector<ByteView>& local) {
+        return foldPayloads(hostSpec(spec), local, bytes, numel);
+      },
+      [&](const std::vector<ByteView>& hosts) {
+        return foldPayloads(crossSpec(spec), hosts, bytes, numel);
+      }};
+  const Bytes result = agree(levels, ctx, viewOf(data), &combine);
+  if (bytes > 0) {
+    std::memcpy(data.data_ptr(), result.data(), bytes);
+  }
+}
+
+void reduce(
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& data,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec,
+    int root) {
+  // The two-level allreduce on a copy: the root keeps the result, the others their input.
+  at::Tensor scratch = data.clone();
+  allreduce(levels, ctx, scratch, op, spec);
+  if (levels.topology.rank() == root) {
+    data.copy_(scratch);
+  }
+}
+
+// ---- broadcast ---------------------------------------------------------------------------------
+
+void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
+  const Topology& topology = levels.topology;
+  const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
+  const int rootHost = topology.hostOf(root);
+  const int rootLocal = topology.localRankOf(root);
+  const bool isRoot = topology.rank() == root;
+  if (bytes <= levels.settings.inlineBytes) {
+    // The root's data rides with the agreement.
+    const Combine combine{
+        [&](const std::vector<ByteView>& local) {
+          if (topology.host() != rootHost) {
+            return Bytes();
+          }
+          const ByteView from = local[rootLocal];
+          return Bytes(from.data, from.data + from.size);
+        },
+        [&](const std::vector<ByteView>& hosts) {
+          const ByteView from = hosts[rootHost];
+          return Bytes(from.data, from.data + from.size);
+        }};
+    const Bytes result = agree(levels, ctx, isRoot ? viewOf(data) : ByteView{}, &combine);
+    TORCH_CHECK(result.size() == bytes, "dummy_collectives: broadcast got ", result.size(),
+                " bytes for ", bytes);
+    if (!isRoot && bytes > 0) {
+      std::memcpy(data.data_ptr(), result.data(), bytes);
+    }
+    return;
+  }
+  agree(levels, ctx);
+  at::Tensor flat = bytesOf(data);
+  const Chunking plan(flat.numel(), 64, levels.settings.chunkBytes, 1);
+  const bool uniform = topology.uniform();
+  const int local = topology.localRank();
+  const bool onRootHost = topology.host() == rootHost;
+  // Uniform: rail k of the root carries the chunk across hosts, then each host broadcasts it
+  // from its rank k. Otherwise: the root's host broadcasts it to its leader, the leaders carry
+  // it across, and the other hosts broadcast it from their leader.
+  std::vector<Stage> stages;
+  if (!uniform) {
+    stages.push_back([&](int c) -> Pending {
+      if (!onRootHost || rootLocal == 0 || levels.host.size() == 1) {
+        return nullptr;
+      }
+      at::Tensor chunk = flat.narrow(0, plan.begin(c), plan.length(c));
+      return waitHost(levels, ctx, hostBroadcast(levels, ctx, chunk, rootLocal));
+    });
+  }
+  stages.push_back([&](int c) -> Pending {
+    const int carrier = uniform ? rootLocal : 0;
+    if (local != carrier || levels.rail == nullptr) {
+      return nullptr;
+    }
+    at::Tensor chunk = flat.narrow(0, plan.begin(c), plan.length(c));
+    return waitEngine(*levels.rail, ctx, levels.rail->broadcast(chunk, rootHost));
+  });
+  stages.push_back([&](int c) -> Pending {
+    if (levels.host.size() == 1 || (!uniform && onRootHost)) {
+      if (!uniform && onRootHost && rootLocal == 0 && levels.host.size() > 1) {
+        // The root is its host's leader: its host peers get the chunk from it directly.
+        at::Tensor chunk = flat.narrow(0, plan.begin(c), plan.length(c));
+        return waitHost(levels, ctx, hostBroadcast(levels, ctx, chunk, 0));
+      }
+      return nullptr;
+    }
+    at::Tensor chunk = flat.narrow(0, plan.begin(c), plan.length(c));
+    return waitHost(levels, ctx, hostBroadcast(levels, ctx, chunk, uniform ? rootLocal : 0));
+  });
+  runPipeline(plan.count, stages);
+}
+
+// ---- allgather ---------------------------------------------------------------------------------
+
+namespace {
+
+// Where rank (host h, local k)'s block of n elements lands in the output: block `rank`.
+void scatterBlocks(
+    const Topology& topology,
+    const at::Tensor& blocks, // [L][H][m] (uniform) in rank (h, k) order
+    at::Tensor& output,       // [W][n] flat
+    int64_t n,
+    int64_t begin,
+    int64_t m) {
+  const int L = topology.localSize();
+  const int H = topology.hostCount();
+  for (int k = 0; k < L; ++k) {
+    for (int h = 0; h < H; ++h) {
+      const int rank = topology.ranksOn(h)[k];
+      output.narrow(0, rank * n + begin, m).copy_(blocks.narrow(0, (k * H + h) * m, m));
+    }
+  }
+}
+
+} // namespace
+
+void allgatherData(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output) {
+  const Topology& topology = levels.topology;
+  at::Tensor in = input.reshape(-1);
+  at::Tensor out = output.view(-1);
+  if (!topology.uniform()) {
+    at::Tensor outBytes = bytesOf(out);
+    at::Tensor inBytes = bytesOf(in);
+    levels.everyone.wait(levels.everyone.allgather(outBytes, inBytes), ctx);
+    return;
+  }
+  // On rail k, every host's rank k's input; then inside the host, every rail's.
+  const InterHostEngine& rail = *levels.rail;
+  const int L = levels.host.size();
+  const int H = rail.size();
+  const int64_t n = in.numel();
+  const Chunking plan(n, lineElements(in.element_size()), levels.settings.chunkBytes / (L * H),
+                      in.element_size());
+  struct State {
+    at::Tensor railBlocks; // [H][m]
+    at::Tensor hostBlocks; // [L][H][m]
+  };
+  std::vector<State> states(plan.count);
+  runPipeline(
+      plan.count,
+      {[&](int c) {
+         State& s = states[c];
+         const int64_t m = plan.length(c);
+         s.railBlocks = at::empty({H * m}, in.options());
+         at::Tensor piece = in.narrow(0, plan.begin(c), m).contiguous();
+         at::Tensor outBytes = bytesOf(s.railBlocks);
+         at::Tensor inBytes = bytesOf(piece);
+         return waitEngine(rail, ctx, rail.allgather(outBytes, inBytes));
+       },
+       [&](int c) -> Pending {
+         State& s = states[c];
+         const int64_t m = plan.length(c);
+         s.hostBlocks = L > 1 ? at::empty({L * H * m}, in.options()) : s.railBlocks;
+         c10::intrusive_ptr<c10d::Work> work;
+         if (L > 1) {
+           work = hostAllgather(levels, ctx, s.hostBlocks, s.railBlocks);
+         }
+         return [&levels, &ctx, &s, &topology, &out, &plan, n, c, m, work] {
+           if (work) {
+             levels.host.wait(work, ctx);
+           }
+           scatterBlocks(topology, s.hostBlocks, out, n, plan.begin(c), m);
+           s = State();
+         };
+       }});
+}
+
+void allgather(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output) {
+  const Topology& topology = levels.topology;
+  const size_t bytes = static_cast<size_t>(input.numel()) * input.element_size();
+  const int L = topology.localSize();
+  if (!topology.uniform() || bytes * L > levels.settings.inlineBytes) {
+    agree(levels, ctx);
+    allgatherData(levels, ctx, input, output);
+    return;
+  }
+  // Small: every host's inputs ride with the agreement, in [host][local rank] order.
+  auto concat = [](const std::vector<ByteView>& parts) {
+    Bytes all;
+    for (const auto& p : parts) {
+      all.insert(all.end(), p.data, p.data + p.size);
+    }
+    return all;
+  };
+  const Combine combine{concat, concat};
+  const Bytes result = agree(levels, ctx, viewOf(input.contiguous()), &combine);
+  at::Tensor out = output.view(-1);
+  const int64_t n = input.numel();
+  for (int h = 0; h < topology.hostCount(); ++h) {
+    for (int k = 0; k < L; ++k) {
+      const int rank = topology.ranksOn(h)[k];
+      if (bytes > 0) {
+        std::memcpy(
+            bytePtr(out) + rank * bytes, result.data() + (h * L + k) * bytes, bytes);
+      }
+    }
+  }
+  (void)n;
+}
+
+// ---- reduce-scatter ----------------------------------------------------------------------------
+
+void reduceScatterData(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec) {
+  const Topology& topology = levels.topology;
+  at::Tensor in = input.reshape(-1);
+  at::Tensor out = output.view(-1);
+  const int64_t n = out.numel();
+  const int W = topology.size();
+  if (!topology.uniform()) {
+    // Every rank sends part d to rank d and folds what it receives in rank order: exactly the
+    // one-level reduction.
+    at::Tensor parts = at::empty_like(in);
+    at::Tensor partsBytes = bytesOf(parts);
+    at::Tensor inBytes = bytesOf(in);
+    levels.everyone.wait(levels.everyone.alltoall(partsBytes, inBytes), ctx);
+    std::vector<const void*> srcs;
+    for (int r = 0; r < W; ++r) {
+      srcs.push_back(bytePtr(parts) + r * n * in.element_size());
+    }
+    fold(spec, out.data_ptr(), srcs, n);
+    return;
+  }
+  // Per chunk of the parts: inside the host, reduce-scatter the parts destined to each rail
+  // (rank k keeps the host's sum of the parts for rail k's ranks), then on the rail an
+  // all-to-all of those sums and a fold in host order.
+  const InterHostEngine& rail = *levels.rail;
+  const int L = levels.host.size();
+  const int H = rail.size();
+  const Chunking plan(n, lineElements(in.element_size()), levels.settings.chunkBytes / (L * H),
+                      in.element_size());
+  const ReduceSpec across = crossSpec(spec);
+  struct State {
+    at::Tensor sums;   // [H][m]: this host's sum of the parts for rail peers on each host
+    at::Tensor pieces; // [H][m]: every host's sum of this rank's part
+  };
+  std::vector<State> states(plan.count);
+  runPipeline(
+      plan.count,
+      {[&](int c) -> Pending {
+         State& s = states[c];
+         const int64_t m = plan.length(c);
+         at::Tensor byRail = at::empty({L * H * m}, in.options()); // [k][h][m]
+         for (int k = 0; k < L; ++k) {
+           for (int h = 0; h < H; ++h) {
+             const int rank = topology.ranksOn(h)[k];
+             byRail.narrow(0, (k * H + h) * m, m).copy_(in.narrow(0, rank * n + plan.begin(c), m));
+           }
+         }
+         if (L == 1) {
+           s.sums = byRail;
+           if (spec.premul) {
+             s.sums.mul_(spec.factor);
+           }
+           return nullptr;
+         }
+         s.sums = at::empty({H * m}, in.options());
+         return waitHost(levels, ctx, hostReduceScatter(levels, ctx, s.sums, byRail, op));
+       },
+       [&](int c) {
+         State& s = states[c];
+         s.pieces = at::empty_like(s.sums);
+         at::Tensor outBytes = bytesOf(s.pieces);
+         at::Tensor inBytes = bytesOf(s.sums);
+         return waitEngine(rail, ctx, rail.alltoall(outBytes, inBytes));
+       },
+       [&](int c) -> Pending {
+         State& s = states[c];
+         const int64_t m = plan.length(c);
+         std::vector<const void*> srcs;
+         for (int h = 0; h < H; ++h) {
+           srcs.push_back(bytePtr(s.pieces) + h * m * in.element_size());
+         }
+         fold(across, bytePtr(out) + plan.begin(c) * in.element_size(), srcs, m);
+         s = State();
+         return nullptr;
+       }});
+}
+
+void reduceScatter(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec) {
+  agree(levels, ctx);
+  reduceScatterData(levels, ctx, input, output, op, spec);
+}
+
+void barrier(const Levels& levels, const OpContext& ctx) {
+  agree(levels, ctx);
+}
+
+// ---- through the engine over every rank --------------------------------------------------------
+
+void gather(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    std::vector<at::Tensor>& outputs,
+    int root) {
+  agree(levels, ctx);
+  std::vector<at::Tensor> in{bytesOf(input.contiguous())};
+  std::vector<std::vector<at::Tensor>> out;
+  if (levels.topology.rank() == root) {
+    out.emplace_back();
+    for (auto& t : outputs) {
+      out[0].push_back(bytesOf(t));
+    }
+  }
+  c10d::GatherOptions opts;
+  opts.rootRank = root;
+  opts.timeout = ctx.timeout;
+  levels.everyone.wait(levels.everyone->gather(out, in, opts), ctx);
+}
+
+void scatter(
+    const Levels& levels,
+    const OpContext& ctx,
+    std::vector<at::Tensor>& inputs,
+    at::Tensor& output,
+    int root) {
+  agree(levels, ctx);
+  std::vector<at::Tensor> out{bytesOf(output)};
+  std::vector<std::vector<at::Tensor>> in;
+  if (levels.topology.rank() == root) {
+    in.emplace_back();
+    for (auto& t : inputs) {
+      in[0].push_back(bytesOf(t.contiguous()));
+    }
+  }
+  c10d::ScatterOptions opts;
+  opts.rootRank = root;
+  opts.timeout = ctx.timeout;
+  levels.everyone.wait(levels.everyone->scatter(out, in, opts), ctx);
+}
+
+void alltoall(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const std::vector<int64_t>& sendBytes,
+    const std::vector<int64_t>& recvBytes) {
+  agree(levels, ctx);
+  const InterHostEngine& everyone = levels.everyone;
+  const int W = everyone.size();
+  // Every rank's sizes, so every rank checks every pair alike (and raises alike).
+  at::Tensor mine = at::empty({2 * W}, at::kLong);
+  std::copy(sendBytes.begin(), sendBytes.end(), mine.data_ptr<int64_t>());
+  std::copy(recvBytes.begin(), recvBytes.end(), mine.data_ptr<int64_t>() + W);
+  at::Tensor all = at::empty({2 * W * W}, at::kLong);
+  at::Tensor allBytes = bytesOf(all);
+  at::Tensor mineBytes = bytesOf(mine);
+  everyone.wait(everyone.allgather(allBytes, mineBytes), ctx);
+  const int64_t* sizes = all.data_ptr<int64_t>();
+  for (int s = 0; s < W; ++s) {
+    for (int d = 0; d < W; ++d) {
+      const int64_t sent = sizes[s * 2 * W + d];
+      const int64_t expected = sizes[d * 2 * W + W + s];
+      if (sent != expected) {
+        C10_THROW_ERROR(
+            DistBackendError,
+            c10::str(
+                ctx.describe(), ": rank ", s, " sends ", sent, " bytes to rank ", d,
+                ", which expects ", expected, " bytes from it; no data was exchanged"));
+      }
+    }
+  }
+  at::Tensor outBytes = bytesOf(output);
+  at::Tensor inBytes = bytesOf(input.contiguous());
+  everyone.wait(everyone.alltoall(outBytes, inBytes, recvBytes, sendBytes), ctx);
+}
+
+at::Tensor allreduceSparse(const Levels& levels, const OpContext& ctx, const at::Tensor& input) {
+  agree(levels, ctx);
+  std::vector<at::Tensor> tensors{input.clone()};
+  auto work = levels.everyone->allreduce_sparse(tensors);
+  levels.everyone.wait(work, ctx);
+  return work->result()[0];
+}
+
+} // namespace dummy_collectives::hierarchy::two_level

@@ -1,0 +1,101 @@
+"""Groups whose ranks span hosts: shared memory inside each host, an existing engine between.
+
+The creator (``_registration``) found several hosts (``topology.discover``). Every rank then
+makes, in the same order on every rank (each constructor waits for its peers):
+
+1. a ``DummyBackend`` over the ranks of its host (shared memory), through a store prefix of its
+   own per host;
+2. its *rail*: a gloo group of the ranks with its local rank, one per host. Where every host
+   runs the same number of ranks, every rank has one and the rails share the cross-host traffic;
+   otherwise only the hosts' leaders (local rank 0) have one and carry it all;
+3. a gloo group over every rank (gather, scatter, all-to-all, point-to-point across hosts),
+   connected lazily: a pair of ranks connects when it first exchanges something.
+
+torch's wheel ships no gloo headers, so the engines are made here, from Python, and handed to
+the C++ ``HierarchicalBackend`` as ``c10d.Backend`` objects.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed import ProcessGroupGloo
+
+from dummy_collectives._C import DummyBackend, HierarchicalBackend, Options
+from dummy_collectives.topology import Topology
+
+_PREFIX = "dummy_collectives/"
+
+
+def _gloo_devices(lazy: bool) -> list[Any]:
+    """The devices torch's own gloo groups use (GLOO_SOCKET_IFNAME, else the hostname)."""
+    interfaces = [name for name in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if name]
+    if interfaces:
+        return [
+            ProcessGroupGloo.create_device(interface=name, lazy_init=lazy) for name in interfaces
+        ]
+    return [ProcessGroupGloo.create_default_device(lazy_init=lazy)]
+
+
+def _gloo(
+    store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, *, lazy: bool
+) -> ProcessGroupGloo:
+    options = ProcessGroupGloo._Options()
+    options._devices = _gloo_devices(lazy)
+    options._timeout = timeout
+    return ProcessGroupGloo(store, rank, size, options)
+
+
+def engine_name(options: Options) -> str:
+    """The cross-host engine for CPU tensors. gloo: "auto" and "gloo" pick it; NCCL carries only
+    CUDA tensors and is not offered yet (CUDA tensors cross hosts staged through gloo)."""
+    if options.inter_host == "nccl":
+        raise ValueError(
+            "dummy_collectives: inter_host='nccl' is not available yet: a group that spans hosts "
+            "moves CUDA tensors across hosts staged through host memory over gloo; use 'auto' or "
+            "'gloo' (DUMMY_COLLECTIVES_INTER_HOST)"
+        )
+    return "gloo"
+
+
+def create(
+    store: dist.Store,
+    topology: Topology,
+    timeout: datetime.timedelta,
+    options: Options,
+) -> HierarchicalBackend:
+    """The backend of ``topology.rank`` in a group that spans hosts."""
+    engine_name(options)
+    rank, size, host = topology.rank, topology.size, topology.host
+    host_backend = DummyBackend(
+        dist.PrefixStore(f"{_PREFIX}host{host}/", store),
+        topology.local_rank,
+        topology.local_size,
+        timeout,
+        options,
+        rank_labels=list(topology.hosts[host]),
+    )
+    rail = None
+    if topology.uniform or topology.local_rank == 0:
+        k = topology.local_rank if topology.uniform else 0
+        members = topology.rail(k)
+        rail_store = dist.PrefixStore(f"{_PREFIX}rail{k}/", store)
+        rail = _gloo(rail_store, members.index(rank), len(members), timeout, lazy=False)
+    everyone_store = dist.PrefixStore(f"{_PREFIX}everyone/", store)
+    everyone = _gloo(everyone_store, rank, size, timeout, lazy=True)
+    return HierarchicalBackend(
+        store,
+        rank,
+        size,
+        timeout,
+        options,
+        hosts=[list(ranks) for ranks in topology.hosts],
+        host_names=list(topology.host_names),
+        host_addresses=list(topology.host_addresses),
+        host_backend=host_backend,
+        rail=rail,
+        everyone=everyone,
+    )

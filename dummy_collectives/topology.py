@@ -1,0 +1,154 @@
+"""Which ranks of a group share a host, found when the group is created.
+
+"Same host" means the ranks can share memory and see each other's processes: the same kernel
+(boot id), the same ``/dev/shm`` file system and the same pid namespace. A hostname says none of
+that: containers and network namespaces often share one name while each mounts its own
+``/dev/shm``, and two containers with different names may share one. Every rank publishes its
+identity through the group's store and reads everyone's (one ``multi_get``); hosts are ordered by
+their smallest rank, and a rank's local rank is its position among its host's ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import socket
+import struct
+from collections.abc import Mapping, Sequence
+
+import torch.distributed as dist
+
+_KEY_PREFIX = "dummy_collectives/topology/"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostIdentity:
+    """What one rank knows about the machine it runs on."""
+
+    key: str  # equal exactly for ranks that can share memory
+    hostname: str
+    address: str  # the address cross-host engines (gloo) bind to, for error messages
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """The hosts of a group: ``hosts[h]`` lists the group ranks on host ``h``, ascending."""
+
+    rank: int
+    hosts: tuple[tuple[int, ...], ...]
+    host_names: tuple[str, ...]
+    host_addresses: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(len(ranks) for ranks in self.hosts)
+
+    @property
+    def host(self) -> int:
+        """The index of this rank's host."""
+        return next(h for h, ranks in enumerate(self.hosts) if self.rank in ranks)
+
+    @property
+    def local_rank(self) -> int:
+        return self.hosts[self.host].index(self.rank)
+
+    @property
+    def local_size(self) -> int:
+        return len(self.hosts[self.host])
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every host runs the same number of ranks (two-level algorithms then use every
+        rank's rail; otherwise one leader per host carries the cross-host stage)."""
+        return len({len(ranks) for ranks in self.hosts}) == 1
+
+    def rail(self, local_rank: int) -> tuple[int, ...]:
+        """The ranks with local rank ``local_rank`` on each host that has one, in host order."""
+        return tuple(ranks[local_rank] for ranks in self.hosts if local_rank < len(ranks))
+
+
+def _interface_address(interface: str) -> str:
+    """The IPv4 address of ``interface`` (SIOCGIFADDR), or '' where it has none."""
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            request = struct.pack("256s", interface[:15].encode())
+            reply = fcntl.ioctl(probe.fileno(), siocgifaddr, request)
+        except OSError:
+            return ""
+    return socket.inet_ntoa(reply[20:24])
+
+
+def _engine_address() -> str:
+    """The address gloo binds to: GLOO_SOCKET_IFNAME's interface, else the hostname's."""
+    interfaces = os.environ.get("GLOO_SOCKET_IFNAME", "")
+    if interfaces:
+        return _interface_address(interfaces.split(",")[0])
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return ""
+
+
+def this_host() -> HostIdentity:
+    """The identity of the host this process runs on (see the module docstring).
+
+    ``DUMMY_COLLECTIVES_HOST_ID`` overrides it, as ``NCCL_HOSTID`` does NCCL's: ranks with the
+    same value are one host, whatever their machine. Ranks that set different values on one
+    machine run a multi-host group there (shared memory then still works inside each "host").
+    """
+    forced = os.environ.get("DUMMY_COLLECTIVES_HOST_ID", "")
+    if forced:
+        return HostIdentity(key=f"id:{forced}", hostname=forced, address=_engine_address())
+    with open("/proc/sys/kernel/random/boot_id") as boot:
+        boot_id = boot.read().strip()
+    shm = os.stat("/dev/shm")
+    pid_namespace = os.stat("/proc/self/ns/pid").st_ino
+    key = f"{boot_id}/shm:{shm.st_dev}:{shm.st_ino}/pidns:{pid_namespace}"
+    return HostIdentity(key=key, hostname=socket.gethostname(), address=_engine_address())
+
+
+def discover(
+    store: dist.Store,
+    rank: int,
+    size: int,
+    settings: Mapping[str, object] | None = None,
+) -> Topology:
+    """Exchanges every rank's host identity (and ``settings``, values every rank of the group
+    must share) through ``store``; raises ValueError naming a setting where a rank's value
+    differs from rank 0's."""
+    mine = this_host()
+    record = {"identity": dataclasses.asdict(mine), "settings": dict(settings or {})}
+    store.set(f"{_KEY_PREFIX}{rank}", json.dumps(record))
+    keys = [f"{_KEY_PREFIX}{r}" for r in range(size)]
+    records = [json.loads(raw) for raw in store.multi_get(keys)]
+    _check_settings(rank, records)
+    return _group_by_host(rank, [HostIdentity(**r["identity"]) for r in records])
+
+
+def _check_settings(rank: int, records: Sequence[Mapping[str, object]]) -> None:
+    ours = records[rank]["settings"]
+    reference = records[0]["settings"]
+    assert isinstance(ours, dict) and isinstance(reference, dict)
+    for name, value in ours.items():
+        if reference.get(name) != value:
+            raise ValueError(
+                f"dummy_collectives: ranks disagree on {name}: rank 0 uses "
+                f"{reference.get(name)!r}, rank {rank} uses {value!r} (every rank of a group that "
+                f"spans hosts must use the same value)"
+            )
+
+
+def _group_by_host(rank: int, identities: Sequence[HostIdentity]) -> Topology:
+    by_key: dict[str, list[int]] = {}
+    for r, identity in enumerate(identities):
+        by_key.setdefault(identity.key, []).append(r)  # ranks ascend; dicts keep first-seen order
+    hosts = tuple(tuple(ranks) for ranks in by_key.values())
+    return Topology(
+        rank=rank,
+        hosts=hosts,
+        host_names=tuple(identities[ranks[0]].hostname for ranks in hosts),
+        host_addresses=tuple(identities[ranks[0]].address for ranks in hosts),
+    )

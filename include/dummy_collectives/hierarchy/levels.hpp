@@ -1,0 +1,39 @@
+#pragma once
+
+#include <cstddef>
+
+#include <dummy_collectives/hierarchy/group_health.hpp>
+#include <dummy_collectives/hierarchy/in_host.hpp>
+#include <dummy_collectives/hierarchy/inter_host.hpp>
+#include <dummy_collectives/hierarchy/topology.hpp>
+
+namespace dummy_collectives::hierarchy {
+
+// Settings every rank of a group that spans hosts shares (checked at group creation).
+struct HierarchySettings {
+  // Collectives whose data fits travel with the cross-host agreement: one exchange in all.
+  size_t inlineBytes = size_t{16} << 10;
+  // Large messages cross hosts in pieces of this size, each piece's in-host stage overlapping
+  // the previous piece's cross-host stage.
+  size_t chunkBytes = size_t{4} << 20;
+};
+
+// Everything a two-level algorithm runs on.
+struct Levels {
+  const Topology& topology;
+  InHostLevel& host;
+  // This rank's rail: the ranks with its local rank, one per host. Null where the topology is
+  // not uniform and this rank is not its host's leader (local rank 0); leaders' rail is then
+  // the one cross-host level of the two-level algorithms.
+  InterHostEngine* rail;
+  // Every rank of the group: what has no two-level form (gather, scatter, all-to-all, p2p).
+  InterHostEngine& everyone;
+  GroupHealth& health;
+  HierarchySettings settings;
+
+  bool leader() const {
+    return topology.localRank() == 0;
+  }
+};
+
+} // namespace dummy_collectives::hierarchy
