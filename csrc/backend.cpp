@@ -68,6 +68,7 @@ DummyBackend::DummyBackend(
     std::vector<int> rankLabels)
     : c10d::Backend(rank, size),
       options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
+      hostLevel_(!rankLabels.empty()),
       pid_(static_cast<int>(::getpid())) {
   if (options_->mode == Mode::kReal) {
     transport_ = std::make_shared<ShmTransport>(
@@ -565,7 +566,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::send(
   requireReal("send");
   ++p2pSeq_;
   const bool observed = at::hasCallbacks(); // takes a lock: ask once
-  if (observed) {
+  if (observed && !hostLevel_) { // a host level: the group records it
     recordParamComms(
         *this, p2pSeq_, true, "send", dstRank, tensors[0].scalar_type(), tensors, tensors);
   }
@@ -604,7 +605,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
   requireReal(what);
   ++p2pSeq_;
   const bool observed = at::hasCallbacks(); // takes a lock: ask once
-  if (observed) {
+  if (observed && !hostLevel_) { // a host level: the group records it
     recordParamComms(
         *this, p2pSeq_, true, what, srcRank, tensors[0].scalar_type(), tensors, tensors);
   }

@@ -1,5 +1,9 @@
 #include "backend_submission.hpp"
 
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
 #include <ATen/record_function.h>
 
 #include <dummy_collectives/param_comms.hpp>
@@ -14,7 +18,7 @@ DummyBackend::Stamp DummyBackend::stamp(
     const SplitSizes& splits) {
   op.seq = ++seq_;
   const bool observed = at::hasCallbacks();
-  if (observed) {
+  if (observed && !hostLevel_) { // a host level's collectives are steps of the group's own
     const auto dtype = op.dtype >= 0 ? static_cast<at::ScalarType>(op.dtype) : at::kByte;
     recordParamComms(
         *this, op.seq, false, collectiveName(op.kind), getRank(), dtype, inputs, outputs, splits);
@@ -32,7 +36,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(
   auto work = c10::make_intrusive<DummyWork>(
       getRank(),
       opType,
-      profilingTitle,
+      hostLevel_ && profilingTitle != nullptr ? hostLevelTitle(profilingTitle) : profilingTitle,
       inputs,
       std::move(outputs),
       op.seq,
@@ -40,6 +44,19 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(
       engine_);
   engine_->enqueue(work);
   return work;
+}
+
+const char* DummyBackend::hostLevelTitle(const char* title) {
+  // The profiler keeps the title's pointer, not a copy: intern each title once, for good.
+  static std::mutex mu;
+  static auto* titles = new std::unordered_map<std::string, std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  std::string& interned = (*titles)[title];
+  if (interned.empty()) {
+    const std::string name(title);
+    interned = "dummy.host:" + name.substr(name.find(':') + 1);
+  }
+  return interned.c_str();
 }
 
 bool DummyBackend::onDevicePath(const std::vector<at::Tensor>& tensors) const {

@@ -123,7 +123,15 @@ def discover(
     record = {"identity": dataclasses.asdict(mine), "settings": dict(settings or {})}
     store.set(f"{_KEY_PREFIX}{rank}", json.dumps(record))
     keys = [f"{_KEY_PREFIX}{r}" for r in range(size)]
-    records = [json.loads(raw) for raw in store.multi_get(keys)]
+    try:
+        raws = store.multi_get(keys)
+    except RuntimeError as exc:  # the store's timeout: some ranks never came
+        missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        raise dist.DistStoreError(
+            f"dummy_collectives: rank {rank} created a group of {size} ranks, but ranks "
+            f"{missing} did not join it within the timeout ({exc})"
+        ) from exc
+    records = [json.loads(raw) for raw in raws]
     _check_settings(rank, records)
     return _group_by_host(rank, [HostIdentity(**r["identity"]) for r in records])
 

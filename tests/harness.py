@@ -17,6 +17,14 @@ from the environment, so a new c10d backend can reuse it unchanged:
 ``DC_TEST_WORKER_OUTPUT=inherit``
     let ranks print to the terminal instead of a per-rank log file (the tail
     of that log is quoted in every harness error).
+``DC_TEST_HOSTS``
+    split every pool's ranks into that many simulated hosts: rank ``r``
+    gets the environment variable named by ``DC_TEST_HOST_ID_ENV`` (default
+    ``DUMMY_COLLECTIVES_HOST_ID``, which dummy_collectives reads as NCCL reads
+    ``NCCL_HOSTID``) set to its host's name. Hosts take contiguous ranks, as
+    evenly as possible (4 ranks on 2 hosts: 0 1 | 2 3; 3 ranks: 0 1 | 2);
+    ``DC_TEST_HOSTS=2:interleaved`` deals them round-robin (0 2 | 1 3). So the
+    whole suite can run against a backend's multi-host path on one machine.
 
 How it works: :class:`RankPool` spawns ``world_size`` processes (``spawn``
 start method). Each one initialises the default process group once, creates a
@@ -86,6 +94,29 @@ def _env_float(name: str, default: float) -> float:
 DEFAULT_CALL_TIMEOUT_S = _env_float("DC_TEST_CALL_TIMEOUT_S", 120.0)
 DEFAULT_STARTUP_TIMEOUT_S = _env_float("DC_TEST_STARTUP_TIMEOUT_S", 180.0)
 DEFAULT_MAX_PROCESSES = int(os.environ.get("DC_TEST_MAX_PROCS", "10"))
+
+
+def simulated_host(rank: int, world_size: int, spec: str | None = None) -> int | None:
+    """The simulated host of ``rank`` under ``DC_TEST_HOSTS`` (``spec``), or None."""
+    spec = os.environ.get("DC_TEST_HOSTS", "") if spec is None else spec
+    if not spec:
+        return None
+    count, _, layout = spec.partition(":")
+    hosts = max(1, min(int(count), world_size))
+    if layout == "interleaved":
+        return rank % hosts
+    if layout not in ("", "contiguous"):
+        raise ValueError(f"DC_TEST_HOSTS={spec!r}: the layout must be contiguous or interleaved")
+    return rank * hosts // world_size
+
+
+def simulated_host_env(rank: int, world_size: int) -> dict[str, str]:
+    """The environment that puts ``rank`` on its simulated host (empty without DC_TEST_HOSTS)."""
+    host = simulated_host(rank, world_size)
+    if host is None:
+        return {}
+    name = os.environ.get("DC_TEST_HOST_ID_ENV", "DUMMY_COLLECTIVES_HOST_ID")
+    return {name: f"simhost{host}"}
 LOG_TAIL_CHARS = 3000
 
 
@@ -210,6 +241,26 @@ def _config() -> WorkerConfig:
     if _STATE.config is None:
         raise RuntimeError("this helper can only be used inside a RankPool rank")
     return _STATE.config
+
+
+def adopt_launched_rank(scratch_dir: str, reference_backend: str | None = "gloo") -> None:
+    """Makes this module's rank helpers (rank(), reference_group(), ...) work in a rank that
+    another launcher started (torchrun, or the namespaced hosts of test_multihost.py): call it
+    once the default process group exists. Creates the reference group like a pool's rank."""
+    _STATE.config = WorkerConfig(
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        backend=str(dist.get_backend()),
+        backend_module=None,
+        init_method="env://",
+        scratch_dir=scratch_dir,
+        log_path=None,
+        env={},
+        pg_timeout_s=None,
+        reference_backend=reference_backend,
+    )
+    if reference_backend is not None:
+        _STATE.reference_group = dist.new_group(backend=reference_backend)
 
 
 def in_rank() -> bool:
@@ -456,7 +507,8 @@ class RankPool:
         ctx = torch_mp.get_context("spawn")
         try:
             for r in range(world_size):
-                rank_env = dict(base_env)
+                rank_env = simulated_host_env(r, world_size)
+                rank_env.update(base_env)
                 if init_method == "env":
                     rank_env.update(
                         RANK=str(r),

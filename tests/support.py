@@ -52,6 +52,14 @@ requires_dummy = pytest.mark.skipif(
     reason=f"checks dummy-specific behaviour; backend under test is "
     f"{harness.backend_under_test()!r}",
 )
+# DC_TEST_HOSTS (harness.py) splits the ranks over simulated hosts: the backend then runs its
+# multi-host path, whose groups take no receive from any source (README).
+SIMULATED_HOSTS = bool(os.environ.get("DC_TEST_HOSTS"))
+requires_one_host = pytest.mark.skipif(
+    SIMULATED_HOSTS,
+    reason="checks one host's shared-memory path or a receive from any source; DC_TEST_HOSTS "
+    "puts the ranks on several simulated hosts",
+)
 requires_backend_module = pytest.mark.skipif(
     not harness.backend_module_importable(),
     reason="the backend's Python module (e.g. dummy_collectives) is not importable",

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from support import rank_input, reference
 
-pytestmark = support.requires_dummy
+pytestmark = [support.requires_dummy, support.requires_one_host]
 
 LAYOUTS = ("a core each", "all on one core", "unpinned")
 

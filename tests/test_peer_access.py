@@ -30,7 +30,7 @@ WINDOW: dict[str, float] = {
 # Odd element counts: parts of unequal length and tails shorter than a vector.
 SIZES = ((64 * 1024 + 4093,), (2**20 + 7,))
 
-pytestmark = support.requires_dummy
+pytestmark = [support.requires_dummy, support.requires_one_host]
 
 
 def _group(peer_access: bool, **options: float) -> dist.ProcessGroup:

@@ -50,6 +50,9 @@ INT_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
 FUNCOL_OPS = {"SUM": "sum", "AVG": "avg", "PRODUCT": "product", "MIN": "min", "MAX": "max"}
 FUNCOL_OPS.update(BAND="band", BOR="bor", BXOR="bxor")
 PREMUL_FACTORS = (0.5, 2.0, 0.25)
+# Whether point-to-point ops may receive from any source: not where the group spans hosts
+# (DC_TEST_HOSTS here; test_multihost.py turns it off in its ranks).
+ANY_SOURCE = not support.SIMULATED_HOSTS
 
 # kind -> relative frequency
 KINDS: dict[str, int] = {
@@ -186,7 +189,8 @@ def make_program(seed: int, world: int, n_ops: int) -> list[Op]:
             src, dst = rng.sample(range(world), 2)
             # Any-source receive 30% of the time; gloo's recv_anysource fails on 0 elements
             # (enforce "offset < this->size" in gloo's unbound_buffer.cc).
-            any_source = rng.random() < 0.3 and numel > 0
+            # Groups spanning hosts take no receive from any source (README).
+            any_source = rng.random() < 0.3 and numel > 0 and ANY_SOURCE
             op.pairs = [(src, dst, rng.randint(0, 5), any_source)]
         if kind == "batch_p2p":
             shift = rng.randint(1, world - 1)

@@ -236,6 +236,7 @@ def _profile(out_dir: str, use_reference: bool) -> dict[str, Any]:
 
 
 @requires_dummy
+@support.requires_one_host
 def test_profiler_events_names_and_shapes(pool: support.PoolFactory) -> None:
     """Every collective is one ``dummy:<collective>`` profiler event with its input shapes,
     in the profiler's events and in the exported Chrome trace (as gloo's ``gloo:*``)."""
@@ -262,6 +263,7 @@ def test_profiler_events_names_and_shapes(pool: support.PoolFactory) -> None:
 
 
 @requires_dummy
+@support.requires_one_host
 def test_profiler_recv_shapes(pool: support.PoolFactory) -> None:
     out_dir = str(Path(pool(2).run_ok(_scratch)[0]) / "profile-recv")
     results = pool(2).run_ok(_profile, out_dir, False)

@@ -1,5 +1,6 @@
 #include <dummy_collectives/hierarchy/agreement.hpp>
 
+#include <chrono>
 #include <cstring>
 
 #include <ATen/ATen.h>
@@ -22,7 +23,22 @@ struct Header {
   int32_t verdict = kAgreed;
   int32_t writer = -1; // group rank
   uint64_t payloadBytes = 0;
+  int64_t sentAtUs = 0; // wall clock (microseconds since the epoch) when it crossed hosts
 };
+
+// A peer's record that crossed hosts this much earlier than ours may be the last exchange of a
+// rank that has given up since (a timeout, an abort): the engine delivers what was sent before
+// the failure, and it would complete our collective as if nothing had happened. Before trusting
+// such a record, ask the store whether the group failed (one round trip, paid only by a rank
+// that arrives late). Clocks of different hosts may disagree a little; a large disagreement
+// only costs the round trip on every collective.
+constexpr std::chrono::milliseconds kStaleRecord{20};
+
+int64_t wallClockUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 constexpr size_t kHeaderBytes = 128;
 static_assert(sizeof(Header) <= kHeaderBytes, "the header outgrew its space");
 static_assert(std::is_trivially_copyable_v<Header>, "headers travel as bytes");
@@ -105,8 +121,8 @@ std::string groupMismatch(
             : r.header.op.describe());
   }
   return c10::str(
-      "dummy_collectives: ranks on different hosts called different collectives (seen on rank ",
-      topology.rank(), "); no data was exchanged:", calls);
+      "dummy_collectives: ranks called different collectives (seen on rank ", topology.rank(),
+      ", across ", topology.hostCount(), " hosts); no data was exchanged:", calls);
 }
 
 } // namespace
@@ -142,10 +158,19 @@ Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const 
       combined = combine->host(payloadsOf(local));
     }
     host.payloadBytes = combined.size();
+    host.sentAtUs = wallClockUs();
     at::Tensor out = makeRecord(bytes, host, {combined.data(), combined.size()});
     at::Tensor all = at::empty({static_cast<int64_t>(bytes) * rail.size()}, at::kByte);
     rail.wait(rail.allgather(all, out), ctx);
     const std::vector<Record> hosts = readRecords(all, rail.size(), bytes);
+    for (const auto& r : hosts) {
+      if (host.sentAtUs - r.header.sentAtUs > kStaleRecord.count() * 1000) {
+        if (auto reason = levels.health.published()) {
+          levels.health.fail(ctx.describe(), *reason);
+        }
+        break;
+      }
+    }
     std::string mismatch = groupMismatch(topology, ctx.op, hosts);
     Bytes result;
     if (mismatch.empty() && combine != nullptr) {

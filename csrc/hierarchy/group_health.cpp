@@ -1,5 +1,6 @@
 #include <dummy_collectives/hierarchy/group_health.hpp>
 
+#include <algorithm>
 #include <thread>
 
 #include <c10/util/Exception.h>
@@ -20,22 +21,66 @@ std::vector<uint8_t> bytesOf(const std::string& text) {
 GroupHealth::GroupHealth(
     c10::intrusive_ptr<c10d::Store> store,
     std::function<void(const std::string&)> abortHost,
-    std::string self)
-    : store_(std::move(store)), abortHost_(std::move(abortHost)), self_(std::move(self)) {}
+    std::function<std::string()> hostBroken,
+    std::string self,
+    bool watch,
+    int hosts)
+    : store_(std::move(store)),
+      abortHost_(std::move(abortHost)),
+      hostBroken_(std::move(hostBroken)),
+      self_(std::move(self)),
+      // One check per host per period: about a thousand a second for the whole job.
+      watchPeriod_(std::clamp(
+          std::chrono::milliseconds(hosts), kMinWatchPeriod, kMaxWatchPeriod)) {
+  if (watch) {
+    watcher_ = std::thread([this] { watchLoop(); });
+  }
+}
 
-std::string GroupHealth::brokenReason() const {
+GroupHealth::~GroupHealth() {
+  {
+    std::lock_guard<std::mutex> lock(watchMu_);
+    stopWatching_ = true;
+  }
+  watchCv_.notify_all();
+  if (watcher_.joinable()) {
+    watcher_.join();
+  }
+}
+
+void GroupHealth::watchLoop() {
+  std::unique_lock<std::mutex> lock(watchMu_);
+  while (!stopWatching_ && !broken_.load(std::memory_order_acquire)) {
+    if (watchCv_.wait_for(lock, watchPeriod_, [&] { return stopWatching_; })) {
+      break;
+    }
+    lock.unlock();
+    if (auto reason = published()) {
+      markFailed(*reason);
+    }
+    lock.lock();
+  }
+}
+
+std::string GroupHealth::brokenReason() {
   if (!broken_.load(std::memory_order_acquire)) {
-    return {};
+    // This host's level was aborted: by its watcher (a failure elsewhere), or because a rank
+    // of this host died or timed out. Either way the group has failed.
+    std::string host = hostBroken_();
+    if (host.empty()) {
+      return {};
+    }
+    return markFailed(host);
   }
   std::lock_guard<std::mutex> lock(mu_);
   return reason_;
 }
 
-void GroupHealth::raiseIfBroken(const std::string& context) const {
-  if (broken_.load(std::memory_order_acquire)) {
+void GroupHealth::raiseIfBroken(const std::string& context) {
+  const std::string reason = brokenReason();
+  if (!reason.empty()) {
     C10_THROW_ERROR(
-        DistBackendError,
-        c10::str(context, ": the group failed earlier (", brokenReason(), ")"));
+        DistBackendError, c10::str(context, ": the group failed earlier (", reason, ")"));
   }
 }
 

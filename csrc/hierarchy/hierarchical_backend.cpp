@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <limits>
 #include <map>
 
 #include <ATen/ATen.h>
@@ -76,6 +77,12 @@ class StagedRecvWork final : public c10d::Work {
   at::Tensor host_;
 };
 
+// gloo takes tags from 0 up; dummy's own messages (the monitored barrier's) use negative ones,
+// which go to the top of gloo's range instead, far from any tag user code counts up to.
+int engineTag(int tag) {
+  return tag >= 0 ? tag : std::numeric_limits<int>::max() + 1 + tag;
+}
+
 // Tensors grouped by dtype, each group concatenated: coalesced allreduces run one two-level
 // allreduce per dtype instead of one per tensor.
 std::map<at::ScalarType, std::vector<size_t>> byDtype(const std::vector<at::Tensor>& tensors) {
@@ -115,9 +122,10 @@ HierarchicalBackend::HierarchicalBackend(
       [hostBackend = hostBackend_.get()](const std::string& reason) {
         hostBackend->abortWith(reason);
       },
-      c10::str(
-          "rank ", rank, " (host ", topology_.describeHost(topology_.host()), ", pid ", pid_,
-          ")"));
+      [hostBackend = hostBackend_.get()] { return hostBackend->brokenReason(); },
+      c10::str("rank ", rank, " (", topology_.describeHost(topology_.host()), ", pid ", pid_, ")"),
+      /*watch=*/topology_.localRank() == 0,
+      topology_.hostCount());
   host_ = std::make_unique<InHostLevel>(
       hostBackend_,
       [hostBackend = hostBackend_.get()] { return hostBackend->brokenReason(); },
@@ -152,6 +160,7 @@ HierarchicalBackend::~HierarchicalBackend() {
     new std::shared_ptr<Engine>(std::move(engine_));
     new std::unique_ptr<InterHostEngine>(std::move(rail_));
     new std::unique_ptr<InterHostEngine>(std::move(everyone_));
+    new std::unique_ptr<GroupHealth>(std::move(health_)); // its watcher thread is the parent's
     new c10::intrusive_ptr<DummyBackend>(std::move(hostBackend_));
     return;
   }
@@ -187,6 +196,14 @@ Checker HierarchicalBackend::checker(const char* collective) const {
 
 bool HierarchicalBackend::sameHost(int peer) const {
   return topology_.hostOf(peer) == topology_.host();
+}
+
+void HierarchicalBackend::recordPointToPoint(
+    const char* name, int peer, const std::vector<at::Tensor>& tensors) {
+  ++p2pSeq_;
+  if (at::hasCallbacks()) { // takes a lock: ask once
+    recordParamComms(*this, p2pSeq_, true, name, peer, tensors[0].scalar_type(), tensors, tensors);
+  }
 }
 
 template <typename Algorithm>
@@ -595,13 +612,14 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::send(
     int dstRank,
     int tag) {
   checks::send(checker("send"), tensors, dstRank);
+  recordPointToPoint("send", dstRank, tensors);
   if (sameHost(dstRank)) {
     return hostBackend_->send(tensors, topology_.localRankOf(dstRank), tag);
   }
   health_->raiseIfBroken(c10::str("dummy send to rank ", dstRank, " on rank ", getRank()));
   // The engine sends from contiguous host memory; the Work keeps the copy alive.
   std::vector<at::Tensor> host{tensors[0].to(at::kCPU).contiguous()};
-  return (*everyone_)->send(host, dstRank, tag);
+  return (*everyone_)->send(host, dstRank, engineTag(tag));
 }
 
 c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recv(
@@ -609,17 +627,18 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recv(
     int srcRank,
     int tag) {
   checks::recv(checker("recv"), tensors, srcRank);
+  recordPointToPoint("recv", srcRank, tensors);
   if (sameHost(srcRank)) {
     return hostBackend_->recv(tensors, topology_.localRankOf(srcRank), tag);
   }
   health_->raiseIfBroken(c10::str("dummy recv from rank ", srcRank, " on rank ", getRank()));
   const at::Tensor& user = tensors[0];
   if (user.is_cpu() && user.is_contiguous()) {
-    return (*everyone_)->recv(tensors, srcRank, tag);
+    return (*everyone_)->recv(tensors, srcRank, engineTag(tag));
   }
   std::vector<at::Tensor> host{at::empty(user.sizes(), user.options().device(at::kCPU))};
   return c10::make_intrusive<StagedRecvWork>(
-      (*everyone_)->recv(host, srcRank, tag), user, host[0]);
+      (*everyone_)->recv(host, srcRank, engineTag(tag)), user, host[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recvAnysource(

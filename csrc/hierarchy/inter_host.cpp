@@ -12,10 +12,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long a cross-host wait goes before it starts asking the store whether the group failed
-// elsewhere, and how often it asks then. Waits that end sooner never touch the store.
-constexpr std::chrono::milliseconds kQuietWait{100};
-constexpr std::chrono::milliseconds kPollPeriod{100};
+// How often a cross-host wait looks whether the group failed meanwhile (GroupHealth: a flag,
+// and the host level's shared one, set by the host's store watcher).
+constexpr std::chrono::milliseconds kHealthPeriod{20};
 // After the engine fails (a peer's connection closed), how long to wait for the reason the
 // failed rank's host peers publish: they see a dead process within their liveness period.
 constexpr std::chrono::milliseconds kReasonPatience{500};
@@ -82,31 +81,44 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
       completion->cv.notify_all();
     });
     const auto start = Clock::now();
-    auto nextPoll = start + kQuietWait;
+    auto nextCheck = start + kHealthPeriod;
     std::unique_lock<std::mutex> lock(completion->mu);
     while (!completion->done) {
       const auto now = Clock::now();
       if (now >= ctx.deadline) {
         lock.unlock();
+        std::vector<int> others;
+        for (const int member : members_) {
+          if (member != ctx.rank) {
+            others.push_back(member);
+          }
+        }
+        // A rank of another host that waits in shared memory for the rank that never came
+        // times out about now too, and names it: prefer its reason to "waited for a host".
+        if (auto reason = health_.awaitPublished(kReasonPatience)) {
+          health_.fail(ctx.describe(), *reason);
+        }
         health_.fail(
             ctx.describe(),
             c10::str(
                 "timed out after ",
                 std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
-                " ms waiting for the ranks of another host (ranks ", c10::Join(", ", members_),
-                " take part in this step; its timeout is ", ctx.timeout.count(), " ms)"));
+                " ms (its timeout is ", ctx.timeout.count(), " ms) waiting for ranks ",
+                c10::Join(", ", others),
+                " to arrive (on other hosts); a rank that never calls it, or calls collectives "
+                "in a different order, causes this"));
       }
-      if (now >= nextPoll) {
+      if (now >= nextCheck) {
         lock.unlock();
-        if (auto reason = health_.published()) {
-          health_.fail(ctx.describe(), *reason);
+        const std::string reason = health_.brokenReason();
+        if (!reason.empty()) {
+          health_.fail(ctx.describe(), reason);
         }
-        health_.raiseIfBroken(ctx.describe()); // failed on this rank's other thread
-        nextPoll = Clock::now() + kPollPeriod;
+        nextCheck = Clock::now() + kHealthPeriod;
         lock.lock();
         continue;
       }
-      completion->cv.wait_until(lock, std::min(nextPoll, ctx.deadline));
+      completion->cv.wait_until(lock, std::min(nextCheck, ctx.deadline));
     }
   }
   try {

@@ -726,19 +726,24 @@ void alltoall(
   at::Tensor mineBytes = bytesOf(mine);
   everyone.wait(everyone.allgather(allBytes, mineBytes), ctx);
   const int64_t* sizes = all.data_ptr<int64_t>();
+  std::string mismatches;
   for (int s = 0; s < W; ++s) {
     for (int d = 0; d < W; ++d) {
       const int64_t sent = sizes[s * 2 * W + d];
       const int64_t expected = sizes[d * 2 * W + W + s];
       if (sent != expected) {
-        C10_THROW_ERROR(
-            DistBackendError,
-            c10::str(
-                ctx.describe(), ": rank ", s, " sends ", sent, " bytes to rank ", d,
-                ", which expects ", expected, " bytes from it; no data was exchanged"));
+        mismatches += c10::str(
+            "\n  rank ", s, " sends ", sent, " bytes to rank ", d, ", which expects ", expected);
       }
     }
   }
+  // As on one host (algorithms::alltoall): every rank saw every size, so every rank raises.
+  TORCH_CHECK_VALUE(
+      mismatches.empty(),
+      "dummy alltoall (rank ",
+      ctx.rank,
+      "): input and output split sizes do not match across ranks; no data was exchanged:",
+      mismatches);
   at::Tensor outBytes = bytesOf(output);
   at::Tensor inBytes = bytesOf(input.contiguous());
   everyone.wait(everyone.alltoall(outBytes, inBytes, recvBytes, sendBytes), ctx);

@@ -32,7 +32,10 @@ class ShmTransport;
 class DummyBackend final : public c10d::Backend {
  public:
   // `rankLabels[r]`: how messages name local rank r (its rank in the whole group, where this
-  // backend serves one host of a group that spans several); empty: r itself.
+  // backend serves one host of a group that spans several: its host level); empty: r itself.
+  // A host level's collectives are steps of the group's: the profiler shows them as
+  // "dummy.host:<collective>" inside the group's own event, and they record no
+  // record_param_comms of their own (its point-to-point operations are the group's own).
   DummyBackend(
       const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
@@ -240,6 +243,9 @@ class DummyBackend final : public c10d::Backend {
   std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
   std::shared_ptr<DeviceCollectives> device_; // null in zero mode and CPU-only builds
   std::shared_ptr<ExitHandle> exitHandle_;    // the exit flush's weak reference points here
+  bool hostLevel_;   // constructed with rank labels: the host level of a group spanning hosts
+  // "dummy:all_reduce" -> "dummy.host:all_reduce", interned for the profiler (it keeps pointers).
+  static const char* hostLevelTitle(const char* title);
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
   uint64_t p2pSeq_ = 0; // point-to-point operations issued (for the profiler's records)
   int pid_;          // the process that made the backend (its threads exist only there)

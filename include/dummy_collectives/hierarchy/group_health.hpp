@@ -1,11 +1,13 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -21,19 +23,41 @@ namespace dummy_collectives::hierarchy {
 // which wakes its host peers; a rank whose cross-host wait lasts polls the store, and a rank
 // whose engine fails (a dead peer's connection closes at once) waits briefly for the reason the
 // dead rank's host peers publish, which names the dead rank.
+//
+// One rank per host (its leader) watches the store in the background, as ProcessGroupNCCL's
+// watchdog checks the store for other ranks' errors: once a reason is published it aborts its
+// host's level, which every rank of the host sees at once (a shared flag), whether it is
+// waiting in shared memory, waiting across hosts, or issuing its next collective. A failure
+// thus reaches every rank of every host within a watch period (20 ms up to 32 hosts, then 1 ms
+// per host: about a thousand store checks a second for the whole job, at most 1 s). (A
+// blocking store wait would answer sooner, but TCPStore logs a warning for every wait that
+// times out.) What the watch period leaves open -- a peer's last exchange, sent before it gave
+// up, that completes a later collective of ours -- the agreement closes (agreement.hpp).
 class GroupHealth {
  public:
-  // `abortHost` aborts this host's level with a reason (DummyBackend::abort's effect). `self`
-  // names this rank in messages: "rank 2 (host h1, pid 1234)".
+  static constexpr std::chrono::milliseconds kMinWatchPeriod{20};
+  static constexpr std::chrono::milliseconds kMaxWatchPeriod{1000};
+
+  // `abortHost` aborts this host's level with a reason (DummyBackend::abortWith), `hostBroken`
+  // says why it was aborted (empty while it was not). `self` names this rank in messages:
+  // "rank 2 (host h1, pid 1234)". `watch`: whether this rank watches the store; `hosts`: how
+  // many hosts the group spans (the watch period grows with it).
   GroupHealth(
       c10::intrusive_ptr<c10d::Store> store,
       std::function<void(const std::string&)> abortHost,
-      std::string self);
+      std::function<std::string()> hostBroken,
+      std::string self,
+      bool watch,
+      int hosts);
+  ~GroupHealth();
+  GroupHealth(const GroupHealth&) = delete;
+  GroupHealth& operator=(const GroupHealth&) = delete;
 
-  // Empty while the group is usable; otherwise the reason every rank reports.
-  std::string brokenReason() const;
+  // Empty while the group is usable; otherwise the reason every rank reports. Cheap (an atomic
+  // and the host level's shared flag): waits call it often.
+  std::string brokenReason();
   // Raises the group's failure (DistBackendError, `context`: the collective) if it failed.
-  void raiseIfBroken(const std::string& context) const;
+  void raiseIfBroken(const std::string& context);
   // The group failed here: publishes `reason` (unless another rank published first), aborts
   // this host's level, and raises DistBackendError with `context` and the reason that won.
   [[noreturn]] void fail(const std::string& context, const std::string& reason);
@@ -49,12 +73,20 @@ class GroupHealth {
   }
 
  private:
+  void watchLoop();
+
   c10::intrusive_ptr<c10d::Store> store_;
   std::function<void(const std::string&)> abortHost_;
+  std::function<std::string()> hostBroken_;
   std::string self_;
   mutable std::mutex mu_;
   std::string reason_; // guarded by mu_
   std::atomic<bool> broken_{false};
+  std::chrono::milliseconds watchPeriod_;
+  std::mutex watchMu_;
+  std::condition_variable watchCv_;
+  bool stopWatching_ = false; // guarded by watchMu_
+  std::thread watcher_;
 };
 
 } // namespace dummy_collectives::hierarchy

@@ -165,6 +165,9 @@ class HierarchicalBackend final : public c10d::Backend {
   // Point-to-point goes through the host's level to a rank on this host, else the engine over
   // every rank.
   bool sameHost(int peer) const;
+  // What c10d backends record of a point-to-point operation (record_param_comms), here for the
+  // whole group whichever level carries it.
+  void recordPointToPoint(const char* name, int peer, const std::vector<at::Tensor>& tensors);
 
   c10::intrusive_ptr<BackendOptions> options_;
   Topology topology_;

@@ -1,0 +1,198 @@
+"""One rank of a job across namespaced hosts (test_multihost.py starts it, with torchrun or one
+process per rank): initialises the default group with the backend under test (dummy, or
+DC_TEST_BACKEND) from the env:// variables, runs a scenario and writes what it saw to
+``OUT_DIR/rank<r>.json``.
+
+usage: python tests/multihost_job.py SCENARIO OUT_DIR [ARGS...]
+
+Scenarios:
+  random_program SEED N_OPS   the random program of test_random_program.py, every op checked
+                              against gloo over the same ranks (no receive from any source)
+  ddp STEPS                   the same model trained with DDP on dummy and on gloo
+  kill VICTIM                 a loop of collectives; rank VICTIM SIGKILLs itself mid-way
+  mismatch                    ranks on different hosts (then on one host) call different
+                              collectives; the group must stay usable
+  skip VICTIM                 rank VICTIM skips one collective; the others time out
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+import test_random_program  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+Result = dict[str, Any]
+
+
+def topology() -> Result:
+    """What this rank's group looks like: the backend's class and its hosts."""
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    return {"backend": type(backend).__name__, "hosts": getattr(backend, "hosts", None)}
+
+
+def random_program(out_dir: str, seed: str, n_ops: str) -> Result:
+    harness.adopt_launched_rank(out_dir)
+    test_random_program.ANY_SOURCE = False
+    return test_random_program.run_random_program(int(seed), int(n_ops))
+
+
+def _train(
+    group: dist.ProcessGroup | None, steps: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """A small model trained with DDP over ``group``; values stay exact in float64 (dyadic
+    weights, integer inputs, a power-of-two learning rate and world size)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32, bias=True), torch.nn.ReLU(), torch.nn.Linear(32, 4)
+    ).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randint(-4, 5, p.shape).double() / 8)
+    initial = [p.detach().clone() for p in model.parameters()]
+    ddp = DistributedDataParallel(model, process_group=group, bucket_cap_mb=0.001)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=1 / 16)
+    rank = dist.get_rank()
+    for step in range(steps):
+        generator = torch.Generator().manual_seed(step * 131 + rank)
+        x = torch.randint(-3, 4, (8, 16), generator=generator).double()
+        optimizer.zero_grad()
+        ddp(x).sum().backward()
+        optimizer.step()
+    final = [p.detach().clone() for p in model.parameters()]
+    return initial, final
+
+
+def ddp(out_dir: str, steps: str) -> Result:
+    gloo = dist.new_group(backend="gloo")
+    initial, on_backend = _train(None, int(steps))
+    _, on_gloo = _train(gloo, int(steps))
+    pairs = zip(on_backend, on_gloo, strict=True)
+    differ = [i for i, (a, b) in enumerate(pairs) if not a.equal(b)]
+    moved = [i for i, (a, b) in enumerate(zip(initial, on_backend, strict=True)) if not a.equal(b)]
+    return {"differ": differ, "moved": moved, "parameters": len(initial)}
+
+
+def kill(out_dir: str, victim: str) -> Result:
+    """Collectives of every size in a loop; the victim dies by SIGKILL while they run."""
+    rank = dist.get_rank()
+    victim_rank = int(victim)
+    marker = Path(out_dir) / "killed_at"
+    if rank == victim_rank:
+
+        def die() -> None:
+            marker.write_text(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Timer(1.5, die).start()
+    tensors = [torch.ones(n) for n in (1, 1000, 300_000, 3_000_000)]
+    iterations = 0
+    try:
+        while True:
+            for t in tensors:
+                dist.all_reduce(t)
+            iterations += 1
+    except Exception as exc:  # what the test checks
+        failed_at = time.time()
+        error = f"{type(exc).__name__}: {exc}"
+    killed_at = float(marker.read_text()) if marker.exists() else None
+    return {
+        "iterations": iterations,
+        "error": error,
+        "after_kill_s": failed_at - killed_at if killed_at is not None else None,
+    }
+
+
+def _attempt(fn: Callable[[], object]) -> str | None:
+    try:
+        fn()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def mismatch(out_dir: str) -> Result:
+    rank = dist.get_rank()
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    host = next(h for h, ranks in enumerate(backend.hosts) if rank in ranks)
+    result: Result = {}
+    # Host 1's ranks call another size: every rank, on every host, raises, before data moves.
+    t = torch.full((5 if host == 1 else 4,), float(rank))
+    result["across_hosts"] = _attempt(lambda: dist.all_reduce(t))
+    result["across_hosts_untouched"] = bool((t == rank).all())
+    # One rank of host 1 calls broadcast instead: its host sees it, and tells the others.
+    t = torch.full((300_000,), float(rank))
+    if rank == backend.hosts[1][-1]:
+        result["within_host"] = _attempt(lambda: dist.broadcast(t, src=0))
+    else:
+        result["within_host"] = _attempt(lambda: dist.all_reduce(t))
+    result["within_host_untouched"] = bool((t == rank).all())
+    # The group is still usable, small and large.
+    ok = []
+    for n in (3, 300_000):
+        t = torch.ones(n)
+        dist.all_reduce(t)
+        ok.append(bool((t == dist.get_world_size()).all()))
+    result["usable_after"] = all(ok)
+    return result
+
+
+def skip(out_dir: str, victim: str) -> Result:
+    """The victim skips one collective: everyone else times out, naming whom they waited for."""
+    rank = dist.get_rank()
+    error = None
+    start = time.monotonic()
+    if rank != int(victim):
+        error = _attempt(lambda: dist.all_reduce(torch.ones(1000)))
+    else:
+        time.sleep(4)  # outlives the others' timeout, then leaves
+    return {"error": error, "seconds": time.monotonic() - start}
+
+
+SCENARIOS: dict[str, Callable[..., Result]] = {
+    "random_program": random_program,
+    "ddp": ddp,
+    "kill": kill,
+    "mismatch": mismatch,
+    "skip": skip,
+}
+
+
+def main() -> None:
+    scenario, out_dir, *args = sys.argv[1:]
+    timeout = float(os.environ.get("DC_JOB_TIMEOUT_S", "120"))
+    backend = harness.backend_under_test()  # dummy, or gloo (DC_TEST_BACKEND)
+    module = harness.backend_module_for(backend)
+    if module:
+        importlib.import_module(module)
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+    rank = dist.get_rank()
+    result: Result = {"rank": rank, "hostname": socket.gethostname(), **topology()}
+    try:
+        result.update(SCENARIOS[scenario](out_dir, *args))
+    except Exception:
+        result["crashed"] = traceback.format_exc()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    if scenario not in ("kill", "skip"):  # their groups failed: nothing to tear down in step
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

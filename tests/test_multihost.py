@@ -1,0 +1,177 @@
+"""Jobs across hosts: the backend under test on hosts made of Linux namespaces.
+
+Two hosts (``dummy_collectives.namespaced_hosts``: each its own network namespace, tmpfs on
+/dev/shm and hostname, on one bridge) run jobs of ``multihost_job.py`` started as a user starts
+them, with ``torchrun --nnodes 2`` (or one process per rank where a host's ranks are not
+numbered contiguously). A dummy group that spans the hosts runs its two-level collectives:
+shared memory inside each host, gloo between them. Every job must leave each host's /dev/shm
+empty. The random program and DDP also run against gloo (DC_TEST_BACKEND=gloo); what only dummy
+promises (mismatches caught across hosts, a dead rank named on every host within 2 s) does not.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import support
+
+from dummy_collectives import namespaced_hosts
+
+AVAILABLE, WHY = namespaced_hosts.available()
+pytestmark = [
+    pytest.mark.skipif(not AVAILABLE, reason=f"hosts cannot be made here: {WHY}"),
+    pytest.mark.slow,
+]
+
+JOB = str(Path(__file__).resolve().parent / "multihost_job.py")
+_ports = itertools.count(29600)  # a fresh store port per job: the last one may linger
+DETECT_WITHIN_S = 2.0
+
+
+@dataclass
+class Job:
+    results: dict[int, dict[str, Any]]
+    returncodes: list[int]
+    output: str
+    leftover_shm: dict[int, list[str]] = field(default_factory=dict)
+
+    def report(self) -> str:
+        return f"returncodes {self.returncodes}\n{self.output[-6000:]}"
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[namespaced_hosts.NamespacedHosts]:
+    with namespaced_hosts.NamespacedHosts(2) as made:
+        yield made
+
+
+def run_job(
+    hosts: namespaced_hosts.NamespacedHosts,
+    scenario: str,
+    *args: str,
+    nproc: Sequence[int] = (2, 2),
+    ranks_by_host: Sequence[Sequence[int]] | None = None,
+    timeout_s: float = 300,
+    env: dict[str, str] | None = None,
+    torchrun_args: Sequence[str] = (),
+) -> Job:
+    with tempfile.TemporaryDirectory(prefix="multihost-") as out:
+        argv = [JOB, scenario, out, *args]
+        port = next(_ports)
+        if ranks_by_host is None:
+            procs = hosts.torchrun(argv, list(nproc), env=env, master_port=port,
+                                   extra_args=torchrun_args)  # fmt: skip
+        else:
+            procs = hosts.launch_ranks(argv, ranks_by_host, env=env,
+                                       master_port=port)  # fmt: skip
+        waited = namespaced_hosts.wait_all(procs, timeout_s)
+        results = {
+            int(path.stem.removeprefix("rank")): json.loads(path.read_text())
+            for path in Path(out).glob("rank*.json")
+        }
+    output = "".join(f"---- process {i} (exit {code}) ----\n{text}" for i, (code, text)
+                     in enumerate(waited))  # fmt: skip
+    leftover = {h.index: hosts.shm_entries(h.index) for h in hosts.hosts}
+    return Job(results, [code for code, _ in waited], output,
+               {h: names for h, names in leftover.items() if names})  # fmt: skip
+
+
+def check_ran_everywhere(job: Job, world: int) -> None:
+    assert sorted(job.results) == list(range(world)), job.report()
+    crashed = {r: res["crashed"] for r, res in job.results.items() if "crashed" in res}
+    assert not crashed, crashed
+    if support.IS_DUMMY:
+        assert {res["backend"] for res in job.results.values()} == {"HierarchicalBackend"}
+    assert not job.leftover_shm, job.leftover_shm
+
+
+def test_random_program_matches_gloo_on_2_hosts_of_2(hosts) -> None:
+    job = run_job(hosts, "random_program", "5", "300")
+    check_ran_everywhere(job, 4)
+    assert job.returncodes == [0, 0], job.report()
+    names = {r: res["hostname"] for r, res in job.results.items()}
+    assert names[0] == names[1] != names[2] == names[3], names
+    if support.IS_DUMMY:
+        assert job.results[0]["hosts"] == [[0, 1], [2, 3]]
+    support.assert_no_failures([job.results[r]["failures"] for r in range(4)])
+    assert all(job.results[r]["compared"] > 100 for r in range(4)), job.results
+
+
+def test_random_program_matches_gloo_on_uneven_hosts_not_numbered_in_order(hosts) -> None:
+    # 3 ranks + 1, the first host's ranks not contiguous: the leaders carry the cross-host
+    # stage, and the program's subgroup (ranks 0 and 2) spans both hosts.
+    job = run_job(hosts, "random_program", "6", "250", ranks_by_host=[[0, 1, 3], [2]])
+    check_ran_everywhere(job, 4)
+    assert job.returncodes == [0, 0, 0, 0], job.report()
+    if support.IS_DUMMY:
+        assert job.results[0]["hosts"] == [[0, 1, 3], [2]]
+    support.assert_no_failures([job.results[r]["failures"] for r in range(4)])
+
+
+def test_ddp_across_hosts_trains_exactly_as_gloo(hosts) -> None:
+    job = run_job(hosts, "ddp", "4")
+    check_ran_everywhere(job, 4)
+    assert job.returncodes == [0, 0], job.report()
+    for rank, result in job.results.items():
+        assert result["differ"] == [], (rank, result)
+        assert result["moved"] == list(range(result["parameters"])), (rank, result)
+
+
+@support.requires_dummy
+def test_a_rank_killed_on_another_host_is_named_everywhere_within_2s(hosts) -> None:
+    # torchrun's agent would stop the victim's host peers 0.1 s after the death; give them
+    # time to report what they saw.
+    victim = 3
+    job = run_job(hosts, "kill", str(victim), torchrun_args=["--monitor-interval=30"],
+                  env={"DC_JOB_TIMEOUT_S": "60"})  # fmt: skip
+    survivors = [r for r in range(4) if r != victim]
+    assert sorted(job.results) == survivors, job.report()
+    for rank in survivors:
+        result = job.results[rank]
+        assert result["iterations"] > 0, result
+        assert result["error"] is not None, result
+        assert f"rank {victim}" in result["error"], (rank, result["error"])
+        assert "died" in result["error"] or "has died" in result["error"], (rank, result)
+        assert result["after_kill_s"] is not None and result["after_kill_s"] < DETECT_WITHIN_S, (
+            rank,
+            result,
+        )
+    assert not job.leftover_shm, job.leftover_shm
+
+
+@support.requires_dummy
+def test_mismatches_across_hosts_fail_every_rank_and_leave_the_group_usable(hosts) -> None:
+    job = run_job(hosts, "mismatch")
+    check_ran_everywhere(job, 4)
+    assert job.returncodes == [0, 0], job.report()
+    for result in job.results.values():
+        across = result["across_hosts"]
+        assert across is not None and "ranks called different collectives" in across, result
+        assert "allreduce #1 of 4 Float" in across and "allreduce #1 of 5 Float" in across, across
+        assert result["across_hosts_untouched"], result
+        within = result["within_host"]
+        assert within is not None and "called different collectives" in within, result
+        assert result["within_host_untouched"], result
+        assert result["usable_after"], result
+    # The host whose ranks disagreed names each rank's call; the other host names the host.
+    assert "broadcast #2" in job.results[3]["within_host"], job.results[3]
+    assert "ranks 2, 3 called different collectives" in job.results[0]["within_host"]
+
+
+@support.requires_dummy
+def test_a_skipped_collective_times_out_on_every_host_naming_who_did_not_come(hosts) -> None:
+    job = run_job(hosts, "skip", "3", env={"DC_JOB_TIMEOUT_S": "2"})
+    survivors = [0, 1, 2]
+    for rank in survivors:
+        result = job.results[rank]
+        assert result["error"] is not None and "timed out" in result["error"], (rank, result)
+        assert "waiting for ranks 3 to arrive" in result["error"], (rank, result)
+        assert result["seconds"] < 2 + DETECT_WITHIN_S, (rank, result)
+    assert not job.leftover_shm, job.leftover_shm
