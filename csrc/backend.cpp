@@ -65,10 +65,10 @@ DummyBackend::DummyBackend(
     int rank,
     int size,
     c10::intrusive_ptr<BackendOptions> options,
-    std::vector<int> rankLabels)
+    HostLevelOf hostLevel)
     : c10d::Backend(rank, size),
       options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
-      hostLevel_(!rankLabels.empty()),
+      hostLevel_(!hostLevel.groupRanks.empty()),
       pid_(static_cast<int>(::getpid())) {
   if (options_->mode == Mode::kReal) {
     transport_ = std::make_shared<ShmTransport>(
@@ -86,7 +86,7 @@ DummyBackend::DummyBackend(
              options_->peerAccessMinBytes},
             {"peer_access_max_bytes (DUMMY_COLLECTIVES_PEER_ACCESS_MAX_BYTES)",
              options_->peerAccessMaxBytes}},
-        std::move(rankLabels));
+        std::move(hostLevel));
     workers_ = std::make_shared<WorkerPool>(
         options_->threads > 0 ? options_->threads : WorkerPool::defaultThreads(size));
     p2p_ = std::make_shared<P2pEngine>(transport_, options_->timeout);

@@ -144,18 +144,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       int size,
                       std::chrono::milliseconds timeout,
                       const c10::intrusive_ptr<BackendOptions>& options,
-                      std::vector<int> rankLabels) {
+                      std::vector<int> groupRanks,
+                      int ranksOnMachine) {
             // A private copy: the group's timeout must not leak into the caller's options.
             auto own = c10::make_intrusive<BackendOptions>(*options);
             own->timeout = timeout;
-            return c10::make_intrusive<DummyBackend>(store, rank, size, own, rankLabels);
+            return c10::make_intrusive<DummyBackend>(
+                store,
+                rank,
+                size,
+                own,
+                dummy_collectives::HostLevelOf{std::move(groupRanks), ranksOnMachine});
           }),
           py::arg("store"),
           py::arg("rank"),
           py::arg("size"),
           py::arg("timeout"),
           py::arg("options"),
-          py::arg("rank_labels") = std::vector<int>(),
+          // The host level of a group that spans hosts (HostLevelOf): its ranks' group ranks and
+          // how many of the group's ranks run on this machine.
+          py::arg("group_ranks") = std::vector<int>(),
+          py::arg("ranks_on_machine") = 0,
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })

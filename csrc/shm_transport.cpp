@@ -210,19 +210,20 @@ ShmTransport::ShmTransport(
     bool peerAccess,
     double peerAccessMinSpeed,
     std::vector<GroupSetting> settings,
-    std::vector<int> rankLabels)
+    HostLevelOf hostLevel)
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
       policies_{WaitPolicy::make(false, spinMicros), WaitPolicy::make(true, spinMicros)},
       // Until the group's first exchange, this rank's own CPUs are all it knows.
-      shareCores_(size > countCpus(affinityMask())),
+      shareCores_(std::max(size, hostLevel.ranksOnMachine) > countCpus(affinityMask())),
       peerAccessWanted_(peerAccess),
       peerAccessMinSpeed_(peerAccessMinSpeed),
-      labels_(std::move(rankLabels)) {
+      hostLevel_(std::move(hostLevel)) {
   TORCH_CHECK(
-      labels_.empty() || static_cast<int>(labels_.size()) == size,
-      "dummy_collectives: ", labels_.size(), " rank labels for a group of ", size, " ranks");
+      hostLevel_.groupRanks.empty() || static_cast<int>(hostLevel_.groupRanks.size()) == size,
+      "dummy_collectives: ", hostLevel_.groupRanks.size(), " group ranks for a host level of ",
+      size, " ranks");
   const size_t bytes = segmentBytes(size, slotBytes_);
   settings.insert(
       settings.begin(),
@@ -608,7 +609,8 @@ void ShmTransport::decideCoreSharing() {
       all[w] |= cpus[w];
     }
   }
-  shareCores_.store(size_ > countCpus(all), std::memory_order_relaxed);
+  shareCores_.store(
+      std::max(size_, hostLevel_.ranksOnMachine) > countCpus(all), std::memory_order_relaxed);
   coresDecided_.store(true, std::memory_order_release);
 }
 

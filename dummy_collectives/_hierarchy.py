@@ -76,7 +76,8 @@ def create(
         topology.local_size,
         timeout,
         options,
-        rank_labels=list(topology.hosts[host]),
+        group_ranks=list(topology.hosts[host]),
+        ranks_on_machine=topology.ranks_on_machine,
     )
     rail = None
     if topology.uniform or topology.local_rank == 0:

@@ -9,6 +9,10 @@ A host here is what a distributed job can tell apart from another machine:
   hosts) and an ``/etc/hosts`` naming every host, the only source of host names in it (no DNS
   server is reachable from a host);
 - its own UTS namespace, i.e. its own hostname (``host0``, ``host1``, ...).
+- CPUs of its own where the machine has one per host (an equal, disjoint share of the usable
+  CPUs, set with taskset on every process of the host), since separate machines do not take
+  each other's CPUs: two hosts of two ranks on a 2-core machine then run each on a core of its
+  own, rather than four processes contending for both cores (``own_cpus=False``: shared).
 
 All processes of a host share these namespaces: one long-lived *holder* process per host is
 created inside them, and every later process of that host enters the holder's namespaces with
@@ -63,7 +67,7 @@ from typing import Any, TextIO
 SUBNET = "10.77.0"  # /24, inside the harness's own namespaces only
 IFNAME = "eth0"  # each host's interface (the name is private to the host's netns)
 MAX_HOSTS = 253
-TOOLS = ("ip", "unshare", "nsenter", "tc", "mount")
+TOOLS = ("ip", "unshare", "nsenter", "tc", "mount", "taskset")
 
 # tbf burst: about 1 ms worth of bytes at the rate, so that a message of 1 MiB or even 100 KiB
 # cannot beat the link rate by riding the bucket (a 125 KB burst let 100 KB cross a "100mbit"
@@ -91,6 +95,7 @@ class Host:
     ifname: str  # its interface toward the switch, e.g. for GLOO_SOCKET_IFNAME
     ip: str
     holder_pid: int  # the process whose namespaces the host's processes enter
+    cpus: tuple[int, ...] = ()  # the CPUs its processes run on (empty: any)
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -241,6 +246,16 @@ def _kill_namespace_members(namespace_ids: set[str], timeout: float = 10.0) -> N
         time.sleep(0.01)
 
 
+def _cpu_shares(count: int) -> list[tuple[int, ...]] | None:
+    """``count`` equal, disjoint shares of this process's usable CPUs (the remainder unused), or
+    None where there are fewer CPUs than hosts."""
+    usable = sorted(os.sched_getaffinity(0))
+    per_host = len(usable) // count
+    if per_host == 0:
+        return None
+    return [tuple(usable[i * per_host : (i + 1) * per_host]) for i in range(count)]
+
+
 # --- the harness --------------------------------------------------------------------------
 
 
@@ -248,10 +263,20 @@ class NamespacedHosts:
     """``count`` hosts joined by a switch; a context manager (see the module docstring).
 
     ``rate`` (a tc rate such as '1gbit') shapes every host's link in both directions; ``prefix``
-    replaces the unique default prefix of the network namespace names.
+    replaces the unique default prefix of the network namespace names. ``own_cpus``: where the
+    machine has at least one usable CPU per host, give each host CPUs of its own (an equal,
+    disjoint share; ``Host.cpus``), as separate machines have; every process of a host runs on
+    them. Otherwise, or with ``own_cpus=False``, the hosts' processes share every CPU.
     """
 
-    def __init__(self, count: int, *, rate: str | None = None, prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        count: int,
+        *,
+        rate: str | None = None,
+        prefix: str | None = None,
+        own_cpus: bool = True,
+    ) -> None:
         if not 1 <= count <= MAX_HOSTS:
             raise ValueError(f"count must be 1..{MAX_HOSTS}, got {count}")
         if rate is not None:
@@ -260,6 +285,7 @@ class NamespacedHosts:
         if not ok:
             raise RuntimeError(why)
         self.rate = rate
+        self._cpu_shares = _cpu_shares(count) if own_cpus else None
         self.hosts: list[Host] = []
         self._prefix = prefix or f"{_DEFAULT_PREFIX}{os.getpid()}x{next(_counter)}"
         self.switch_netns = f"{self._prefix}-sw"
@@ -307,7 +333,8 @@ class NamespacedHosts:
                 self._shape(netns, IFNAME)
                 self._shape(self.switch_netns, port)
             holder = self._start_holder(netns, name)
-            self.hosts.append(Host(index, name, netns, IFNAME, ip, holder))
+            cpus = self._cpu_shares[index] if self._cpu_shares else ()
+            self.hosts.append(Host(index, name, netns, IFNAME, ip, holder, cpus))
 
     def _write_etc(self, names: Sequence[str], ips: Sequence[str]) -> None:
         """The /etc/hosts and /etc/nsswitch.conf every host mounts: hostnames resolve from the
@@ -386,6 +413,9 @@ class NamespacedHosts:
         target = self.hosts[host].holder_pid
         command = ["nsenter", f"--target={target}", "--mount", "--uts", "--net",
                    f"--wd={cwd or os.getcwd()}", "--", *argv]  # fmt: skip
+        cpus = self.hosts[host].cpus
+        if cpus:  # taskset sets the affinity, then execs nsenter, which execs argv: inherited
+            command = ["taskset", "--cpu-list", ",".join(map(str, cpus)), *command]
         process = subprocess.Popen(command, env={**os.environ, **(env or {})}, **popen_kwargs)
         self._children = [p for p in self._children if p.poll() is None] + [process]
         return process

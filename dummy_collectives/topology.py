@@ -30,6 +30,7 @@ class HostIdentity:
     key: str  # equal exactly for ranks that can share memory
     hostname: str
     address: str  # the address cross-host engines (gloo) bind to, for error messages
+    machine: str  # the kernel's boot id: hosts made of namespaces share a machine's CPUs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Topology:
     hosts: tuple[tuple[int, ...], ...]
     host_names: tuple[str, ...]
     host_addresses: tuple[str, ...]
+    ranks_on_machine: int  # ranks of the group on this rank's machine, whatever their host
 
     @property
     def size(self) -> int:
@@ -99,15 +101,15 @@ def this_host() -> HostIdentity:
     same value are one host, whatever their machine. Ranks that set different values on one
     machine run a multi-host group there (shared memory then still works inside each "host").
     """
-    forced = os.environ.get("DUMMY_COLLECTIVES_HOST_ID", "")
-    if forced:
-        return HostIdentity(key=f"id:{forced}", hostname=forced, address=_engine_address())
     with open("/proc/sys/kernel/random/boot_id") as boot:
         boot_id = boot.read().strip()
+    forced = os.environ.get("DUMMY_COLLECTIVES_HOST_ID", "")
+    if forced:
+        return HostIdentity(f"id:{forced}", forced, _engine_address(), boot_id)
     shm = os.stat("/dev/shm")
     pid_namespace = os.stat("/proc/self/ns/pid").st_ino
     key = f"{boot_id}/shm:{shm.st_dev}:{shm.st_ino}/pidns:{pid_namespace}"
-    return HostIdentity(key=key, hostname=socket.gethostname(), address=_engine_address())
+    return HostIdentity(key, socket.gethostname(), _engine_address(), boot_id)
 
 
 def discover(
@@ -154,9 +156,11 @@ def _group_by_host(rank: int, identities: Sequence[HostIdentity]) -> Topology:
     for r, identity in enumerate(identities):
         by_key.setdefault(identity.key, []).append(r)  # ranks ascend; dicts keep first-seen order
     hosts = tuple(tuple(ranks) for ranks in by_key.values())
+    machine = identities[rank].machine
     return Topology(
         rank=rank,
         hosts=hosts,
         host_names=tuple(identities[ranks[0]].hostname for ranks in hosts),
         host_addresses=tuple(identities[ranks[0]].address for ranks in hosts),
+        ranks_on_machine=sum(1 for identity in identities if identity.machine == machine),
     )

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 import support
 
-from dummy_collectives.bench import targets
+from dummy_collectives import namespaced_hosts
+from dummy_collectives.bench import host_targets, hosts, targets
+from dummy_collectives.bench.cli import build_hosts_plan, build_plan, parser
+from dummy_collectives.bench.plan import HostsPlan
 from dummy_collectives.bench.rank_floor import rank_floor
 from dummy_collectives.bench.results import Result, best_of_passes, measured, not_measured
 from dummy_collectives.bench.timing import Timing, TimingConfig
@@ -180,3 +183,125 @@ def test_cuda_targets_hold_busbw_against_gloo_and_one_rank_against_nccl() -> Non
     single = [point("dummy", 1, 4, 6e-6), point("nccl", 1, 4, 16e-6)]
     verdicts = [targets.evaluate(r, "cuda")[0].verdict for r in (fast, slow, small, single)]
     assert verdicts == [targets.PASS, targets.FAIL, targets.NA, targets.PASS], verdicts
+
+
+# --- the multi-host mode ------------------------------------------------------------------
+
+NAMESPACES, NO_NAMESPACES = namespaced_hosts.available()
+needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=NO_NAMESPACES)
+
+
+def _bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    command = [sys.executable, "-m", "dummy_collectives.bench", *args, "--out", str(tmp_path)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+HOSTS_QUICK = ("--hosts", "2", "--ranks-per-host", "2", "--quick", "--rounds", "1", "--no-plot")
+HOSTS_LIMITS = ("--init-timeout", "120", "--timeout", "120")  # a broken run fails, never hangs
+
+
+@support.requires_dummy
+@needs_namespaces
+def test_bench_across_hosts_reports_dummy_and_gloo(tmp_path: Path) -> None:
+    """2 namespaced hosts x 2 ranks: the report has the Across-hosts section (and not the
+    one-host one) with a time for dummy and gloo at every size, and a verdict each."""
+    _bench(tmp_path, *HOSTS_QUICK, *HOSTS_LIMITS, "--sizes", "4,64K")
+    report = (tmp_path / "report.md").read_text()
+    assert "## Across hosts" in report and "### allreduce, 2 hosts x 2 ranks" in report, report
+    assert "## Results" not in report, report
+    across = json.loads((tmp_path / "results.json").read_text())["across_hosts"]
+    assert across["hosts"] == 2 and across["ranks_per_host"] == [2], across
+    points = across["points"]
+    assert [p["size"] for p in points] == [4, 64 << 10], points
+    for point in points:
+        assert point["world_size"] == 4 and point["dummy_s"] > 0 and point["gloo_s"] > 0, point
+        assert point["speedup_vs_gloo"] == pytest.approx(point["gloo_s"] / point["dummy_s"])
+        assert point["dummy_cross_host_busbw"] == pytest.approx(point["size"] / point["dummy_s"])
+    assert [v["verdict"] for v in across["targets"]] != [], across["targets"]
+    assert all(v["verdict"] in ("PASS", "FAIL") for v in across["targets"]), across["targets"]
+
+
+@support.requires_dummy
+@needs_namespaces
+def test_bench_across_hosts_turns_failing_ranks_into_a_note(tmp_path: Path) -> None:
+    """A knob passed on to the ranks that makes every dummy rank raise at group creation:
+    the run ends (no hang) and the report says why."""
+    env = {"DUMMY_COLLECTIVES_INTER_HOST": "nccl"}  # refused across hosts (_hierarchy.py)
+    _bench(tmp_path, *HOSTS_QUICK, *HOSTS_LIMITS, "--sizes", "4", env=env)
+    report = (tmp_path / "report.md").read_text()
+    assert "DUMMY_COLLECTIVES_INTER_HOST=nccl" in report, report
+    assert "failed" in report and "inter_host='nccl' is not available" in report, report
+
+
+def test_bench_across_hosts_fails_with_the_reason_where_namespaces_cannot_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(namespaced_hosts, "available", lambda: (False, "needs root (test)"))
+    plan = build_plan(parser().parse_args(["--quick"]))
+    assert hosts.run(HostsPlan(plan, 2, (1,)), tmp_path) == 1
+    assert "needs root (test)" in capsys.readouterr().err
+    assert not (tmp_path / "report.md").exists()
+
+
+def _hosts_plan(*argv: str) -> HostsPlan | None:
+    args = parser().parse_args(list(argv))
+    return build_hosts_plan(args, build_plan(args))
+
+
+def test_hosts_arguments_map_world_sizes_to_ranks_per_host() -> None:
+    assert _hosts_plan("--quick") is None
+    two = _hosts_plan("--hosts", "2", "--ranks-per-host", "2", "--link-rate", "1gbit")
+    assert two is not None and two.plan.world_sizes == (4,) and two.ranks_per_host == (2,)
+    assert two.link_rate == "1gbit" and two.plan.peers == ()
+    assert two.plan.timeout_s == 300 and two.plan.init_timeout_s == 120
+    # A slow link: 64 MiB at 10 Mbit/s is 54 s a call; a point must not be taken for a hang.
+    slow = _hosts_plan("--hosts", "2", "--sizes", "64M", "--link-rate", "10mbit")
+    assert slow is not None and slow.plan.timeout_s > 8 * 54 * 2, slow.plan
+    by_world = _hosts_plan("--hosts", "2", "--world-sizes", "2,6")
+    assert by_world is not None and by_world.ranks_per_host == (1, 3)
+    for bad in (
+        ("--hosts", "3"),  # the default world size 2 is no multiple of 3
+        ("--hosts", "1"),
+        ("--link-rate", "1gbit"),  # without --hosts
+        ("--hosts", "2", "--link-rate", "fast"),
+        ("--hosts", "2", "--ranks-per-host", "2", "--world-sizes", "2"),
+        ("--hosts", "2", "--backends", "gloo"),
+    ):
+        with pytest.raises(ValueError):
+            _hosts_plan(*bad)
+
+
+def _across(backend: str, size: int, time_s: float) -> Result:
+    timing = Timing(time_s, time_s, (time_s,), 1)
+    return measured(backend, "allreduce", 4, size, size, timing)
+
+
+def test_across_hosts_unshaped_target_needs_dummy_1_5x_faster_than_gloo() -> None:
+    results = [_across("dummy", 4, 100e-6), _across("gloo", 4, 160e-6)]  # 1.6x: pass
+    results += [_across("dummy", 1 << 20, 2e-3), _across("gloo", 1 << 20, 2.8e-3)]  # 1.4x
+    results += [_across("dummy", 128 << 20, 1.0), _across("gloo", 128 << 20, 1.1)]  # no target
+    passing, failing, beyond = host_targets.evaluate(results, hosts=2, rate_bits_per_s=None)
+    assert passing.verdict == targets.PASS, passing.parts
+    assert "1.60x faster than gloo (need >= 1.5x)" in passing.parts[0], passing.parts
+    assert failing.verdict == targets.FAIL and "1.40x" in failing.parts[0], failing.parts
+    assert beyond.verdict == targets.NA, beyond.parts
+
+
+def test_across_hosts_shaped_target_needs_80_percent_of_the_link_bound_and_to_beat_gloo() -> None:
+    """1 Gbit/s, 2 hosts: 16 MiB must cross each link once (2(H-1)/H = 1), 134 ms at best."""
+    rate, size = 1e9, 16 << 20
+    bound = host_targets.link_bound_s(size, 2, rate)
+    assert bound == pytest.approx(size * 8 / rate)
+    fast = [_across("dummy", size, bound / 0.9), _across("gloo", size, bound / 0.6)]
+    slow = [_across("dummy", size, bound / 0.7), _across("gloo", size, bound / 0.6)]
+    behind = [_across("dummy", size, bound / 0.85), _across("gloo", size, bound / 0.86)]
+    small = [_across("dummy", 64 << 10, 1e-3), _across("gloo", 64 << 10, 2e-3)]
+    verdicts = [host_targets.evaluate(r, 2, rate)[0] for r in (fast, slow, behind, small)]
+    assert [v.verdict for v in verdicts] == [targets.PASS, targets.FAIL, targets.FAIL, targets.NA]
+    assert "90.0% of the link bound" in verdicts[0].parts[0], verdicts[0].parts
+    assert "70.0% of the link bound" in verdicts[1].parts[0], verdicts[1].parts
+    assert "0.99x gloo's speed (need > 1x)" in verdicts[2].parts[1], verdicts[2].parts

@@ -149,8 +149,12 @@ Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const 
     hostAgrees = hostAgrees && r.header.op == ctx.op;
   }
 
-  // 2. Across hosts: each host's verdict and combined payload, on a rail.
-  auto exchange = [&](InterHostEngine& rail) -> std::pair<std::string, Bytes> {
+  // 2. Across hosts: the leaders exchange their host's verdict and combined payload. A host
+  // whose ranks disagree knows it already (step 1): its leader only tells the other hosts.
+  std::string mismatch;
+  Bytes result;
+  if (levels.leader()) {
+    InterHostEngine& leaders = *levels.rail; // a leader's rail: the hosts' leaders
     Header host = mine;
     host.verdict = hostAgrees ? kAgreed : kHostDisagrees;
     Bytes combined;
@@ -160,9 +164,9 @@ Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const 
     host.payloadBytes = combined.size();
     host.sentAtUs = wallClockUs();
     at::Tensor out = makeRecord(bytes, host, {combined.data(), combined.size()});
-    at::Tensor all = at::empty({static_cast<int64_t>(bytes) * rail.size()}, at::kByte);
-    rail.wait(rail.allgather(all, out), ctx);
-    const std::vector<Record> hosts = readRecords(all, rail.size(), bytes);
+    at::Tensor all = at::empty({static_cast<int64_t>(bytes) * leaders.size()}, at::kByte);
+    leaders.wait(leaders.allgather(all, out), ctx);
+    const std::vector<Record> hosts = readRecords(all, leaders.size(), bytes);
     for (const auto& r : hosts) {
       if (host.sentAtUs - r.header.sentAtUs > kStaleRecord.count() * 1000) {
         if (auto reason = levels.health.published()) {
@@ -171,35 +175,16 @@ Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const 
         break;
       }
     }
-    std::string mismatch = groupMismatch(topology, ctx.op, hosts);
-    Bytes result;
+    mismatch = groupMismatch(topology, ctx.op, hosts);
     if (mismatch.empty() && combine != nullptr) {
       result = combine->all(payloadsOf(hosts));
     }
-    return {std::move(mismatch), std::move(result)};
-  };
-
-  if (topology.uniform()) {
-    auto [mismatch, result] = exchange(*levels.rail);
-    if (!hostAgrees) {
-      raiseMismatch(hostMismatch(topology, local));
-    }
-    if (!mismatch.empty()) {
-      raiseMismatch(mismatch);
-    }
-    return std::move(result);
-  }
-
-  // Hosts of different sizes: the leaders agree, then tell their host. A host whose ranks
-  // disagree knows it already (step 1): its leader only tells the other hosts.
-  std::string mismatch;
-  Bytes result;
-  if (levels.leader()) {
-    std::tie(mismatch, result) = exchange(*levels.rail);
   }
   if (!hostAgrees) {
     raiseMismatch(hostMismatch(topology, local));
   }
+
+  // 3. Inside the host: the leader's verdict, and the result (or the mismatch's message).
   if (localSize > 1) {
     Header verdict = mine;
     verdict.verdict = mismatch.empty() ? kAgreed : kGroupDisagrees;
@@ -212,6 +197,7 @@ Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const 
     std::vector<at::Tensor> tensors{told};
     c10d::BroadcastOptions opts;
     opts.rootRank = 0;
+    opts.timeout = ctx.timeout;
     levels.host.wait(levels.host->broadcast(tensors, opts), ctx);
     const Record heard = readRecords(told, 1, bytes)[0];
     if (heard.header.verdict != kAgreed) {

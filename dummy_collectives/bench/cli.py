@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
+from dummy_collectives.bench.host_targets import link_bound_s
 from dummy_collectives.bench.layout import COLLECTIVES, check_collectives
-from dummy_collectives.bench.plan import PEERS, TORCH_BACKENDS, Plan
+from dummy_collectives.bench.plan import DUMMY, GLOO, PEERS, TORCH_BACKENDS, HostsPlan, Plan
 from dummy_collectives.bench.sizes import (
     DEFAULT_MAX_SIZE,
     format_size,
@@ -16,6 +18,7 @@ from dummy_collectives.bench.sizes import (
     parse_sizes,
 )
 from dummy_collectives.bench.timing import TimingConfig
+from dummy_collectives.namespaced_hosts import rate_bits_per_second
 
 QUICK_SIZES = "4,4K,1M"
 EPILOG = """examples:
@@ -23,7 +26,19 @@ EPILOG = """examples:
   python -m dummy_collectives.bench --world-sizes 2,4 --sizes 4,4K,1M,16M,64M
   python -m dummy_collectives.bench --collectives allreduce,allgather,broadcast --max-size 256M
   python -m dummy_collectives.bench --device cuda --world-sizes 1,2
+  python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --sizes 4,4K,64K,1M,16M,64M
+  python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --link-rate 1gbit
 """
+DEFAULT_WORLD_SIZES = "2"
+INIT_TIMEOUT_S = 900.0
+# No DeepSpeed build in the multi-host mode: ranks start in seconds, and one that cannot join
+# (a wrong knob, a host that cannot be reached) should not hold the run for 15 minutes.
+HOSTS_INIT_TIMEOUT_S = 120.0
+POINT_TIMEOUT_S = 300.0
+# A point on a shaped link runs about rounds + 3 operations (first call, two calibration
+# batches; no warm-up once one call outlasts a round), gloo's each up to ~2x the link bound
+# here: the default per-point limit leaves twice that, so a slow link is not taken for a hang.
+SLOW_LINK_MARGIN = 4.0
 
 
 def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -52,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
         default=format_size(DEFAULT_MAX_SIZE),
         help="top of the default power-of-4 ladder from 4 B (default %(default)s)",
     )
-    p.add_argument("--world-sizes", default="2", help="rank counts, e.g. 2,4 (default 2)")
+    p.add_argument("--world-sizes", help=f"rank counts, e.g. 2,4 (default {DEFAULT_WORLD_SIZES})")
     p.add_argument("--backends", help="torch backends (default dummy,gloo; +nccl on cuda)")
     p.add_argument("--peers", default=",".join(PEERS), help="deepspeed,openmpi or none")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -71,14 +86,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout",
         type=float,
-        default=300.0,
-        help="seconds to wait for any one point before giving up a world size",
+        help=f"seconds to wait for any one point before giving up a world size (default "
+        f"{POINT_TIMEOUT_S:g}; more with a slow --link-rate)",
     )
     p.add_argument(
         "--init-timeout",
         type=float,
-        default=900.0,
-        help="seconds to wait for rank start-up (DeepSpeed's first JIT build is slow)",
+        help=f"seconds to wait for rank start-up (default {INIT_TIMEOUT_S:g}: DeepSpeed's first "
+        f"JIT build is slow; {HOSTS_INIT_TIMEOUT_S:g} with --hosts)",
+    )
+    hosts = p.add_argument_group(
+        "multi-host mode",
+        "dummy against gloo over the same ranks on H namespaced hosts made on this machine "
+        "(needs root and iproute2; no peers, c10d floor or memcpy); DUMMY_COLLECTIVES_* "
+        "variables are passed on to the ranks",
+    )
+    hosts.add_argument("--hosts", type=int, help="number of hosts, >= 2")
+    hosts.add_argument(
+        "--ranks-per-host",
+        help="ranks on each host, e.g. 2 or 1,2 (default: each of --world-sizes / --hosts)",
+    )
+    hosts.add_argument(
+        "--link-rate", help="shape every host's link to this tc rate (tbf), e.g. 1gbit"
+    )
+    hosts.add_argument(
+        "--shared-cpus",
+        action="store_true",
+        help="let every host's ranks run on every CPU (default: each host gets an equal, "
+        "disjoint share of the CPUs where there is at least one per host, as separate machines)",
     )
     p.add_argument("--out", type=Path, default=Path("bench_out"), help="output folder")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
@@ -103,7 +138,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
     check_collectives(list(collectives))
     sizes_text = args.sizes or (QUICK_SIZES if args.quick else None)
     sizes = parse_sizes(sizes_text) if sizes_text else ladder(parse_size(args.max_size))
-    world_sizes = tuple(parse_int_list(args.world_sizes))
+    world_sizes = tuple(parse_int_list(args.world_sizes or DEFAULT_WORLD_SIZES))
     if min(world_sizes) < 1:
         raise ValueError("world sizes must be >= 1")
     default_backends = "dummy,gloo,nccl" if args.device == "cuda" else "dummy,gloo"
@@ -123,10 +158,54 @@ def build_plan(args: argparse.Namespace) -> Plan:
         peers=_names(args.peers, PEERS, "peer"),
         device=args.device,
         timing=timing,
-        timeout_s=args.timeout,
-        init_timeout_s=args.init_timeout,
+        timeout_s=POINT_TIMEOUT_S if args.timeout is None else args.timeout,
+        init_timeout_s=INIT_TIMEOUT_S if args.init_timeout is None else args.init_timeout,
         passes=args.passes,
     )
+
+
+def build_hosts_plan(args: argparse.Namespace, plan: Plan) -> HostsPlan | None:
+    """The multi-host mode's plan where ``--hosts`` is given, else None (ValueError on bad
+    arguments). The plan's world sizes become hosts x ranks per host, its peers none."""
+    if args.hosts is None:
+        if args.ranks_per_host or args.link_rate or args.shared_cpus:
+            raise ValueError("--ranks-per-host, --link-rate and --shared-cpus need --hosts")
+        return None
+    hosts = args.hosts
+    if hosts < 2:
+        raise ValueError("--hosts must be >= 2")
+    if plan.device != "cpu":
+        raise ValueError("--hosts measures CPU tensors (--device cpu)")
+    if DUMMY not in plan.backends or not set(plan.backends) <= {DUMMY, GLOO}:
+        raise ValueError("--hosts measures dummy (and gloo): --backends dummy or dummy,gloo")
+    if args.ranks_per_host:
+        per_host = tuple(parse_int_list(args.ranks_per_host))
+        if args.world_sizes and plan.world_sizes != tuple(hosts * n for n in per_host):
+            raise ValueError("--world-sizes disagrees with --hosts x --ranks-per-host")
+    else:
+        uneven = [ws for ws in plan.world_sizes if ws % hosts]
+        if uneven:
+            raise ValueError(
+                f"world sizes {uneven} are no multiple of --hosts {hosts}; give --ranks-per-host"
+            )
+        per_host = tuple(ws // hosts for ws in plan.world_sizes)
+    if min(per_host) < 1:
+        raise ValueError("--ranks-per-host must be >= 1")
+    timeout_s = plan.timeout_s
+    if args.link_rate:
+        rate = rate_bits_per_second(args.link_rate)  # ValueError on a rate tc would not take
+        if args.timeout is None:
+            slowest = link_bound_s(max(plan.sizes), hosts, rate) * (plan.timing.rounds + 3)
+            timeout_s = max(timeout_s, SLOW_LINK_MARGIN * slowest)
+    init_timeout_s = HOSTS_INIT_TIMEOUT_S if args.init_timeout is None else args.init_timeout
+    across = replace(
+        plan,
+        world_sizes=tuple(hosts * n for n in per_host),
+        peers=(),
+        timeout_s=timeout_s,
+        init_timeout_s=init_timeout_s,
+    )
+    return HostsPlan(across, hosts, per_host, args.link_rate, own_cpus=not args.shared_cpus)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,8 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         plan = build_plan(args)
+        hosts_plan = build_hosts_plan(args, plan)
     except (ValueError, argparse.ArgumentTypeError) as exc:
         p.error(str(exc))
+    if hosts_plan is not None:
+        from dummy_collectives.bench.hosts import run as run_across_hosts
+
+        return run_across_hosts(hosts_plan, args.out, plot_png=not args.no_plot)
     from dummy_collectives.bench.orchestrate import run
 
     return run(plan, args.out, plot_png=not args.no_plot)

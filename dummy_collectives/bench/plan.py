@@ -63,3 +63,17 @@ class WorldSpec:
     plan: Plan
     world_size: int
     port: int
+
+
+@dataclass(frozen=True)
+class HostsPlan:
+    """The multi-host mode (:mod:`.hosts`): ``plan`` measured on ``hosts`` namespaced hosts,
+    once per entry of ``ranks_per_host`` (``plan.world_sizes`` are ``hosts`` times those), with
+    every host's link shaped to ``link_rate`` (a tc rate such as '1gbit') where one is given."""
+
+    plan: Plan
+    hosts: int
+    ranks_per_host: tuple[int, ...]
+    link_rate: str | None = None
+    # Each host gets CPUs of its own where the machine has one per host (NamespacedHosts).
+    own_cpus: bool = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dummy_collectives import Options
 from dummy_collectives.bench.peers import PeerStatus
@@ -13,6 +13,9 @@ from dummy_collectives.bench.plan import DUMMY, Plan
 from dummy_collectives.bench.results import Result
 from dummy_collectives.bench.sizes import format_size
 from dummy_collectives.bench.targets import SMALL_MAX, Verdict, floor_for
+
+if TYPE_CHECKING:  # host_report imports this module
+    from dummy_collectives.bench.host_report import AcrossHosts
 
 BACKEND_ORDER = ("dummy", "gloo", "nccl", "deepspeed", "openmpi")
 GB = 1e9
@@ -33,6 +36,9 @@ class RunData:
     results: list[Result] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The multi-host mode's measurements (None in the one-host mode, whose report it leaves
+    # as it is).
+    across: AcrossHosts | None = None
 
     def memcpy_at(self, size: int) -> Result | None:
         """The memcpy measurement at ``size`` bytes, if any."""
@@ -40,7 +46,7 @@ class RunData:
 
     def to_dict(self) -> dict[str, Any]:
         """All raw numbers, for JSON."""
-        return {
+        data: dict[str, Any] = {
             "machine": self.machine,
             "settings": asdict(self.plan),
             "peers": [asdict(peer) for peer in self.peers],
@@ -52,6 +58,9 @@ class RunData:
             "notes": self.notes,
             "units": {"time": "seconds per operation", "bandwidth": "bytes per second"},
         }
+        if self.across is not None:
+            data["across_hosts"] = self.across.to_dict()
+        return data
 
 
 def format_time(seconds: float) -> str:
@@ -136,30 +145,10 @@ def _table(run: RunData, ws: int, collective: str) -> list[str]:
     return lines + [""]
 
 
-def _header(run: RunData) -> list[str]:
-    m, t = run.machine, run.plan.timing
-    lines = [
-        f"# dummy_collectives benchmark, {m['date']}",
-        "",
-        f"- machine: {m['cpu_model']}, {m['cpu_count']} cores ({m['usable_cores']} usable), "
-        f"load average at start {', '.join(f'{x:.2f}' for x in m['load_average'] or [])}",
-        f"- software: torch {m['torch']}, Python {m['python']}, dummy_collectives "
-        f"{m['dummy_collectives']} ({m['git_commit']}), device {m['device']}",
-        f"- timing: best of {t.rounds} rounds of ~{t.round_time:g} s (after up to {t.warmup} "
-        "warm-up iterations), each started by a barrier, max over ranks"
-        + (
-            f", in each of {run.plan.passes} passes over every world size (backends and peers "
-            "in turn), the best pass kept"
-            if run.plan.passes > 1
-            else ""
-        )
-        + "; float32; "
-        "torch.set_num_threads(1) in every rank; DeepSpeed and Open MPI in processes of their "
-        "own (DeepSpeed's with OMP_NUM_THREADS=1)",
-        "- busbw per NCCL-tests (allreduce: algbw * 2(n-1)/n; allgather, reduce_scatter, "
-        "alltoall, gather, scatter: algbw * (n-1)/n, size = the total buffer; broadcast, reduce: "
-        "algbw); speed-up = other backend's time / dummy's time",
-    ]
+def peer_access(run: RunData) -> list[str]:
+    """What the kernel's cross-memory copy means for dummy here (when dummy is measured)."""
+    m = run.machine
+    lines: list[str] = []
     speed = m.get("cross_memory_copy_speed")
     if speed is not None and DUMMY in run.plan.backends:
         options = Options()  # what the ranks use: the same environment
@@ -175,6 +164,13 @@ def _header(run: RunData) -> list[str]:
             f"memcpy's speed here; from {wanted:g}x (peer_access_min_speed) dummy's large "
             f"collectives reach the peers' tensors with it, so here dummy {use}"
         )
+    return lines
+
+
+def noisy(run: RunData) -> list[str]:
+    """A warning where the machine was busy when the run started."""
+    m = run.machine
+    lines: list[str] = []
     load, cores = (m.get("load_average") or [0.0])[0], m.get("usable_cores") or 1
     if load >= LOADED:
         lines.append(
@@ -182,6 +178,41 @@ def _header(run: RunData) -> list[str]:
             f"({', '.join(f'{x:.2f}' for x in m.get('load_average_end') or [])} at the end): "
             "other processes shared the CPU"
         )
+    return lines
+
+
+def about(run: RunData, title: str = "dummy_collectives benchmark") -> list[str]:
+    """The title, the machine and the software."""
+    m = run.machine
+    return [
+        f"# {title}, {m['date']}",
+        "",
+        f"- machine: {m['cpu_model']}, {m['cpu_count']} cores ({m['usable_cores']} usable), "
+        f"load average at start {', '.join(f'{x:.2f}' for x in m['load_average'] or [])}",
+        f"- software: torch {m['torch']}, Python {m['python']}, dummy_collectives "
+        f"{m['dummy_collectives']} ({m['git_commit']}), device {m['device']}",
+    ]
+
+
+def _header(run: RunData) -> list[str]:
+    m, t = run.machine, run.plan.timing
+    lines = about(run) + [
+        f"- timing: best of {t.rounds} rounds of ~{t.round_time:g} s (after up to {t.warmup} "
+        "warm-up iterations), each started by a barrier, max over ranks"
+        + (
+            f", in each of {run.plan.passes} passes over every world size (backends and peers "
+            "in turn), the best pass kept"
+            if run.plan.passes > 1
+            else ""
+        )
+        + "; float32; "
+        "torch.set_num_threads(1) in every rank; DeepSpeed and Open MPI in processes of their "
+        "own (DeepSpeed's with OMP_NUM_THREADS=1)",
+        "- busbw per NCCL-tests (allreduce: algbw * 2(n-1)/n; allgather, reduce_scatter, "
+        "alltoall, gather, scatter: algbw * (n-1)/n, size = the total buffer; broadcast, reduce: "
+        "algbw); speed-up = other backend's time / dummy's time",
+    ]
+    lines += peer_access(run) + noisy(run)
     if run.floor is not None:
         floor = format_time(run.floor.time_s) if run.floor.ok else f"{run.floor.status}"
         lines.append(f"- c10d floor (FakeProcessGroup, all_reduce of 1 float32): {floor}")
@@ -239,9 +270,10 @@ def _targets_table(run: RunData) -> list[str]:
     return lines + [""]
 
 
-def _notes(run: RunData) -> list[str]:
+def notes(run: RunData) -> list[str]:
+    """The run's notes and the reason of every point not measured."""
     seen: list[str] = list(run.notes)
-    for r in run.results:
+    for r in run.results + (run.across.results if run.across is not None else []):
         if not r.ok:
             text = f"{r.backend} {r.collective} (ws={r.world_size}): {r.status}: {r.note}"
             if text not in seen:
@@ -251,11 +283,13 @@ def _notes(run: RunData) -> list[str]:
 
 def markdown(run: RunData) -> str:
     """The whole report as Markdown."""
+    if run.across is not None:
+        return "\n".join(run.across.markdown(run))
     lines = _header(run) + ["## Results", ""]
     for ws in run.plan.world_sizes:
         for collective in run.plan.collectives:
             lines += _table(run, ws, collective)
-    lines += _targets_table(run) + _memcpy_table(run) + _notes(run)
+    lines += _targets_table(run) + _memcpy_table(run) + notes(run)
     return "\n".join(lines)
 
 

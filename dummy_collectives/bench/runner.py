@@ -167,7 +167,8 @@ def run_point(
     return measured(backend, collective, ws, size, lay.nbytes, timing)
 
 
-def _setup(rank: int, spec: WorldSpec) -> RankContext:
+def _local_rendezvous(rank: int, spec: WorldSpec) -> None:
+    """The env:// variables of a rank spawned on this machine (all ranks on 127.0.0.1)."""
     ws = spec.world_size
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -177,6 +178,12 @@ def _setup(rank: int, spec: WorldSpec) -> RankContext:
         LOCAL_RANK=str(rank),
         LOCAL_SIZE=str(ws),
     )
+
+
+def init_rank(rank: int, spec: WorldSpec) -> RankContext:
+    """Initialises this rank's process groups from the env:// variables already set (by
+    :func:`_local_rendezvous`, or by the multi-host launcher, :mod:`.hosts`)."""
+    ws = spec.world_size
     torch.set_num_threads(1)
     import dummy_collectives  # noqa: F401 - registers the "dummy" backend
 
@@ -210,10 +217,11 @@ def _measure_all(ctx: RankContext, factories: dict[str, OpFactory], queue: Any) 
                     queue.put(("result", result.to_dict()))
 
 
-def rank_main(rank: int, spec: WorldSpec, queue: Any) -> None:
-    """Entry point of one spawned rank (``torch.multiprocessing.spawn``)."""
+def run_rank(rank: int, spec: WorldSpec, queue: Any) -> None:
+    """Measures the plan in this rank (rendezvous from the env:// variables); every message
+    goes to ``queue`` (anything with ``put``), an error too, before it is raised again."""
     try:
-        ctx = _setup(rank, spec)
+        ctx = init_rank(rank, spec)
         factories, notes = open_backends(ctx)
         if rank == 0:
             queue.put(("ready", notes))
@@ -225,3 +233,9 @@ def rank_main(rank: int, spec: WorldSpec, queue: Any) -> None:
     except BaseException:
         queue.put(("error", rank, traceback.format_exc()))
         raise
+
+
+def rank_main(rank: int, spec: WorldSpec, queue: Any) -> None:
+    """Entry point of one spawned rank (``torch.multiprocessing.spawn``)."""
+    _local_rendezvous(rank, spec)
+    run_rank(rank, spec, queue)

@@ -39,14 +39,17 @@ def dead_ranks(processes: list[Any]) -> str:
     return ", ".join(dead)
 
 
-def _collect(
+def collect(
     spec: WorldSpec,
     messages: Any,
     processes: list[Any],
     emit: Callable[[Result], None],
     outcome: Outcome,
 ) -> bool:
-    """Fills ``outcome`` from the ranks' messages; True once rank 0 said it is done."""
+    """Fills ``outcome`` from the ranks' messages; True once rank 0 said it is done.
+
+    ``messages`` needs ``get(timeout=...)`` raising ``queue.Empty`` (a multiprocessing queue;
+    the multi-host mode reads a file), ``processes`` an ``exitcode`` each (None while alive)."""
     ws = spec.world_size
     deadline = time.monotonic() + spec.plan.init_timeout_s
     while True:
@@ -103,7 +106,7 @@ def run_world(spec: WorldSpec, emit: Callable[[Result], None]) -> Outcome:
     outcome = Outcome()
     finished = False
     try:
-        finished = _collect(spec, messages, processes, emit, outcome)
+        finished = collect(spec, messages, processes, emit, outcome)
     finally:
         stop(processes, _JOIN_S if finished else _FAILED_JOIN_S)
     return outcome

@@ -13,6 +13,7 @@
 #include <dummy_collectives/op_descriptor.hpp>
 #include <dummy_collectives/options.hpp>
 #include <dummy_collectives/param_comms.hpp>
+#include <dummy_collectives/shm_transport.hpp>
 #include <dummy_collectives/transport.hpp>
 #include <dummy_collectives/worker_pool.hpp>
 
@@ -31,17 +32,16 @@ class ShmTransport;
 // wire), describes each collective as an OpDescriptor, and hands it to the engine.
 class DummyBackend final : public c10d::Backend {
  public:
-  // `rankLabels[r]`: how messages name local rank r (its rank in the whole group, where this
-  // backend serves one host of a group that spans several: its host level); empty: r itself.
-  // A host level's collectives are steps of the group's: the profiler shows them as
-  // "dummy.host:<collective>" inside the group's own event, and they record no
+  // `hostLevel`: set where this backend is the host level of a group that spans hosts
+  // (HierarchicalBackend). Its collectives are then steps of the group's: the profiler shows
+  // them as "dummy.host:<collective>" inside the group's own event, and they record no
   // record_param_comms of their own (its point-to-point operations are the group's own).
   DummyBackend(
       const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
       int size,
       c10::intrusive_ptr<BackendOptions> options,
-      std::vector<int> rankLabels = {});
+      HostLevelOf hostLevel = {});
   ~DummyBackend() override;
 
   const std::string getBackendName() const override {
@@ -243,7 +243,7 @@ class DummyBackend final : public c10d::Backend {
   std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
   std::shared_ptr<DeviceCollectives> device_; // null in zero mode and CPU-only builds
   std::shared_ptr<ExitHandle> exitHandle_;    // the exit flush's weak reference points here
-  bool hostLevel_;   // constructed with rank labels: the host level of a group spanning hosts
+  bool hostLevel_;   // the host level of a group spanning hosts (HostLevelOf)
   // "dummy:all_reduce" -> "dummy.host:all_reduce", interned for the profiler (it keeps pointers).
   static const char* hostLevelTitle(const char* title);
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same

@@ -68,6 +68,17 @@ struct GroupSetting {
   uint64_t value;
 };
 
+// Where a group is the host level of a group that spans hosts (HierarchicalBackend); empty for
+// a group of its own.
+struct HostLevelOf {
+  // The whole group's rank of each rank of this one: what messages call it.
+  std::vector<int> groupRanks;
+  // Ranks of the whole group on this machine (hosts made of namespaces share one): when they
+  // outnumber the CPUs, waits hand their core over rather than poll, as when this group's own
+  // ranks outnumber them (see WaitPolicy).
+  int ranksOnMachine = 0;
+};
+
 // The CPU transport: one shared-memory segment per process group. Rank 0 creates it and
 // publishes its name through the group's Store; once every rank has mapped it, the last one
 // to map removes the name.
@@ -82,7 +93,7 @@ class ShmTransport final : public Transport {
       bool peerAccess, // BackendOptions::peerAccess
       double peerAccessMinSpeed, // BackendOptions::peerAccessMinSpeed
       std::vector<GroupSetting> settings,
-      std::vector<int> rankLabels = {}); // how messages name each rank (DummyBackend)
+      HostLevelOf hostLevel = {});
   ~ShmTransport() override;
 
   int rank() const override {
@@ -117,9 +128,9 @@ class ShmTransport final : public Transport {
   // Why the group can no longer be used (it was aborted); empty while it can. Any thread.
   std::string brokenReason() const;
   // The rank messages name for rank r: its rank in the whole group where this transport serves
-  // one host of a group that spans several (DummyBackend's rankLabels), else r.
+  // one host of a group that spans several (HostLevelOf), else r.
   int label(int r) const {
-    return labels_.empty() ? r : labels_[r];
+    return hostLevel_.groupRanks.empty() ? r : hostLevel_.groupRanks[r];
   }
 
   // Bytes of shared memory a group of `size` ranks maps.
@@ -187,7 +198,7 @@ class ShmTransport final : public Transport {
   double peerAccessMinSpeed_;
   std::atomic<PeerAccess> peerAccess_{PeerAccess::kUndecided};
 
-  std::vector<int> labels_; // see label()
+  HostLevelOf hostLevel_;
   int cpu_ = -1; // the CPU noteCpu() last saw
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
   uint64_t opFirstStep_ = 0;

@@ -17,8 +17,9 @@ struct ByteView {
 
 // What the collective combines on the way (small messages: their data rides along). combineHost
 // turns the payloads of a host's ranks (local rank order) into what the host sends; combineAll
-// turns every host's contribution (host order) into the result. Both run only once every rank
-// concerned called the same collective. Each result must fit in settings.inlineBytes.
+// turns every host's contribution (host order) into the result. Both run only on the hosts'
+// leaders, once every rank concerned called the same collective. Each result must fit in
+// settings.inlineBytes (the leader broadcasts it inside its host).
 struct Combine {
   std::function<Bytes(const std::vector<ByteView>& localPayloads)> host;
   std::function<Bytes(const std::vector<ByteView>& hostPayloads)> all;
@@ -32,10 +33,12 @@ struct Combine {
 // ranks that called different collectives still exchange the same bytes:
 //   1. an all-gather of every rank's header (and payload) inside each host: each host knows
 //      whether its ranks agree;
-//   2. an all-gather across hosts of each host's header and combined payload: on every rail
-//      (uniform topologies: each rank then knows every host's verdict, and since every rank
-//      agreed with its host and with its rail, the verdicts agree everywhere), or among the
-//      hosts' leaders, which then broadcast the verdict and the result inside their hosts.
+//   2. an all-gather of each host's header and combined payload among the hosts' leaders (their
+//      local rank 0): every leader knows every host's verdict;
+//   3. a broadcast inside each host from its leader: the verdict and the result.
+// One rank per host crosses hosts: a small collective costs one cross-host exchange between
+// leaders, not one per rank (the other ranks wait in shared memory, which costs no network and,
+// on a shared machine, no CPU).
 // Returns the combined result (empty without `combine`).
 Bytes agree(
     const Levels& levels,
