@@ -117,6 +117,8 @@ def simulated_host_env(rank: int, world_size: int) -> dict[str, str]:
         return {}
     name = os.environ.get("DC_TEST_HOST_ID_ENV", "DUMMY_COLLECTIVES_HOST_ID")
     return {name: f"simhost{host}"}
+
+
 LOG_TAIL_CHARS = 3000
 
 

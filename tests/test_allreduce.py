@@ -222,15 +222,20 @@ def test_collectives_on_non_contiguous_views(pool: support.PoolFactory, world_si
 
 
 def check_reduce_to_each_root(dtype: torch.dtype, shape: tuple[int, ...]) -> list[str]:
-    """dist.reduce of a multi-MiB tensor to every root: the root gets the sum, others keep
-    their input."""
+    """dist.reduce of a multi-MiB tensor to every root: the root gets the sum; on dummy the
+    others keep their input (a promise of dummy's: gloo's reduce may leave partial sums there)."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     failures: list[str] = []
     inputs = [rank_input(r, shape, dtype, seed=11) for r in range(ws)]
     for root in range(ws):
         tensor = inputs[rank].clone()
         dist.reduce(tensor, dst=root)
-        expected = reference(dtype, "SUM", inputs) if rank == root else inputs[rank]
+        if rank == root:
+            expected = reference(dtype, "SUM", inputs)
+        elif support.IS_DUMMY:
+            expected = inputs[rank]
+        else:
+            continue
         support.check_equal(failures, f"reduce to {root} {dtype_id(dtype)}", tensor, expected)
     return failures
 

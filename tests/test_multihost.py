@@ -83,10 +83,17 @@ def run_job(
                {h: names for h, names in leftover.items() if names})  # fmt: skip
 
 
+def _without_cpp_frames(traceback: str) -> str:
+    """A crash's Python traceback and message, less the C++ frames that would hide them."""
+    return "\n".join(line for line in traceback.splitlines()
+                     if not line.startswith(("frame #", "Exception raised from")))  # fmt: skip
+
+
 def check_ran_everywhere(job: Job, world: int) -> None:
     assert sorted(job.results) == list(range(world)), job.report()
-    crashed = {r: res["crashed"] for r, res in job.results.items() if "crashed" in res}
-    assert not crashed, crashed
+    crashed = {r: _without_cpp_frames(res["crashed"]) for r, res in job.results.items()
+               if "crashed" in res}  # fmt: skip
+    assert not crashed, "\n".join(f"rank {r}: {text}" for r, text in crashed.items())
     if support.IS_DUMMY:
         assert {res["backend"] for res in job.results.values()} == {"HierarchicalBackend"}
     assert not job.leftover_shm, job.leftover_shm

@@ -18,13 +18,7 @@ enum Verdict : int32_t {
 };
 
 // Every record starts with this; its payload follows at kHeaderBytes.
-struct Header {
-  OpDescriptor op;
-  int32_t verdict = kAgreed;
-  int32_t writer = -1; // group rank
-  uint64_t payloadBytes = 0;
-  int64_t sentAtUs = 0; // wall clock (microseconds since the epoch) when it crossed hosts
-};
+using Header = Agreement::Header;
 
 // A peer's record that crossed hosts this much earlier than ours may be the last exchange of a
 // rank that has given up since (a timeout, an abort): the engine delivers what was sent before
@@ -127,78 +121,92 @@ std::string groupMismatch(
 
 } // namespace
 
-Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const Combine* combine) {
+Agreement::Agreement(
+    const Levels& levels, const OpContext& ctx, ByteView payload, const Combine* combine)
+    : levels_(levels), ctx_(ctx), combine_(combine) {
   const Topology& topology = levels.topology;
   const size_t bytes = recordBytes(levels.settings);
   const int localSize = levels.host.size();
 
   // 1. Inside the host: every rank's header and payload.
-  Header mine;
-  mine.op = ctx.op;
-  mine.writer = topology.rank();
-  mine.payloadBytes = payload.size;
-  at::Tensor record = makeRecord(bytes, mine, payload);
-  at::Tensor hostRecords = record;
+  mine_.op = ctx.op;
+  mine_.writer = topology.rank();
+  mine_.payloadBytes = payload.size;
+  at::Tensor record = makeRecord(bytes, mine_, payload);
+  hostRecords_ = record;
   if (localSize > 1) {
-    hostRecords = at::empty({static_cast<int64_t>(bytes) * localSize}, at::kByte);
-    levels.host.wait(levels.host->_allgather_base(hostRecords, record), ctx);
+    hostRecords_ = at::empty({static_cast<int64_t>(bytes) * localSize}, at::kByte);
+    c10d::AllgatherOptions opts;
+    opts.timeout = ctx.timeout; // the first step: who does not come is named here (OpContext)
+    levels.host.wait(levels.host->_allgather_base(hostRecords_, record, opts), ctx);
   }
-  const std::vector<Record> local = readRecords(hostRecords, localSize, bytes);
-  bool hostAgrees = true;
-  for (const auto& r : local) {
-    hostAgrees = hostAgrees && r.header.op == ctx.op;
+  for (const auto& r : readRecords(hostRecords_, localSize, bytes)) {
+    hostAgrees_ = hostAgrees_ && r.header.op == ctx.op;
   }
 
-  // 2. Across hosts: the leaders exchange their host's verdict and combined payload. A host
-  // whose ranks disagree knows it already (step 1): its leader only tells the other hosts.
-  std::string mismatch;
-  Bytes result;
+  // 2. Across hosts, issued here: the leaders exchange their host's verdict and combined
+  // payload. A host whose ranks disagree knows it already: its leader only tells the others.
   if (levels.leader()) {
-    InterHostEngine& leaders = *levels.rail; // a leader's rail: the hosts' leaders
-    Header host = mine;
-    host.verdict = hostAgrees ? kAgreed : kHostDisagrees;
+    Header host = mine_;
+    host.verdict = hostAgrees_ ? kAgreed : kHostDisagrees;
     Bytes combined;
-    if (hostAgrees && combine != nullptr) {
-      combined = combine->host(payloadsOf(local));
+    if (hostAgrees_ && combine != nullptr) {
+      combined = combine->host(payloadsOf(readRecords(hostRecords_, localSize, bytes)));
     }
     host.payloadBytes = combined.size();
     host.sentAtUs = wallClockUs();
+    sentAtUs_ = host.sentAtUs;
+    InterHostEngine& leaders = *levels.rail; // a leader's rail: the hosts' leaders
     at::Tensor out = makeRecord(bytes, host, {combined.data(), combined.size()});
-    at::Tensor all = at::empty({static_cast<int64_t>(bytes) * leaders.size()}, at::kByte);
-    leaders.wait(leaders.allgather(all, out), ctx);
-    const std::vector<Record> hosts = readRecords(all, leaders.size(), bytes);
+    leaderRecords_ = at::empty({static_cast<int64_t>(bytes) * leaders.size()}, at::kByte);
+    exchange_ = leaders.allgather(leaderRecords_, out);
+  }
+}
+
+Bytes Agreement::finish() {
+  TORCH_CHECK(!finished_, "dummy_collectives: an agreement finished twice");
+  finished_ = true;
+  const Topology& topology = levels_.topology;
+  const size_t bytes = recordBytes(levels_.settings);
+  const int localSize = levels_.host.size();
+  std::string mismatch;
+  Bytes result;
+  if (exchange_) {
+    InterHostEngine& leaders = *levels_.rail;
+    leaders.wait(exchange_, ctx_);
+    const std::vector<Record> hosts = readRecords(leaderRecords_, leaders.size(), bytes);
     for (const auto& r : hosts) {
-      if (host.sentAtUs - r.header.sentAtUs > kStaleRecord.count() * 1000) {
-        if (auto reason = levels.health.published()) {
-          levels.health.fail(ctx.describe(), *reason);
+      if (sentAtUs_ - r.header.sentAtUs > kStaleRecord.count() * 1000) {
+        if (auto reason = levels_.health.published()) {
+          levels_.health.fail(ctx_.describe(), *reason);
         }
         break;
       }
     }
-    mismatch = groupMismatch(topology, ctx.op, hosts);
-    if (mismatch.empty() && combine != nullptr) {
-      result = combine->all(payloadsOf(hosts));
+    mismatch = groupMismatch(topology, ctx_.op, hosts);
+    if (mismatch.empty() && combine_ != nullptr) {
+      result = combine_->all(payloadsOf(hosts));
     }
   }
-  if (!hostAgrees) {
-    raiseMismatch(hostMismatch(topology, local));
+  if (!hostAgrees_) {
+    raiseMismatch(hostMismatch(topology, readRecords(hostRecords_, localSize, bytes)));
   }
 
   // 3. Inside the host: the leader's verdict, and the result (or the mismatch's message).
   if (localSize > 1) {
-    Header verdict = mine;
+    Header verdict = mine_;
     verdict.verdict = mismatch.empty() ? kAgreed : kGroupDisagrees;
     const ByteView carried = mismatch.empty()
         ? ByteView{result.data(), result.size()}
         : ByteView{reinterpret_cast<const std::byte*>(mismatch.data()),
-                   std::min(mismatch.size(), levels.settings.inlineBytes)};
+                   std::min(mismatch.size(), levels_.settings.inlineBytes)};
     verdict.payloadBytes = carried.size;
-    at::Tensor told = makeRecord(bytes, verdict, levels.leader() ? carried : ByteView{});
+    at::Tensor told = makeRecord(bytes, verdict, levels_.leader() ? carried : ByteView{});
     std::vector<at::Tensor> tensors{told};
     c10d::BroadcastOptions opts;
     opts.rootRank = 0;
-    opts.timeout = ctx.timeout;
-    levels.host.wait(levels.host->broadcast(tensors, opts), ctx);
+    opts.timeout = ctx_.followingStepTimeout();
+    levels_.host.wait(levels_.host->broadcast(tensors, opts), ctx_);
     const Record heard = readRecords(told, 1, bytes)[0];
     if (heard.header.verdict != kAgreed) {
       raiseMismatch(std::string(
@@ -209,6 +217,10 @@ Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const 
     raiseMismatch(mismatch);
   }
   return result;
+}
+
+Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const Combine* combine) {
+  return Agreement(levels, ctx, payload, combine).finish();
 }
 
 } // namespace dummy_collectives::hierarchy

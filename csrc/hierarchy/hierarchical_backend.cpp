@@ -80,7 +80,7 @@ class StagedRecvWork final : public c10d::Work {
 // gloo takes tags from 0 up; dummy's own messages (the monitored barrier's) use negative ones,
 // which go to the top of gloo's range instead, far from any tag user code counts up to.
 int engineTag(int tag) {
-  return tag >= 0 ? tag : std::numeric_limits<int>::max() + 1 + tag;
+  return tag >= 0 ? tag : std::numeric_limits<int>::max() + (tag + 1); // -1: INT_MAX
 }
 
 // Tensors grouped by dtype, each group concatenated: coalesced allreduces run one two-level

@@ -15,9 +15,10 @@ using Clock = std::chrono::steady_clock;
 // How often a cross-host wait looks whether the group failed meanwhile (GroupHealth: a flag,
 // and the host level's shared one, set by the host's store watcher).
 constexpr std::chrono::milliseconds kHealthPeriod{20};
-// After the engine fails (a peer's connection closed), how long to wait for the reason the
-// failed rank's host peers publish: they see a dead process within their liveness period.
-constexpr std::chrono::milliseconds kReasonPatience{500};
+// After the engine fails (a peer's connection closed), or past the deadline, how long to wait
+// for the reason a rank that saw the cause publishes: the failed rank's host peers see a dead
+// process within their liveness period, and a rank whose host peer never came names it.
+constexpr std::chrono::milliseconds kReasonPatience = OpContext::kReasonPatience;
 
 struct Completion {
   std::mutex mu;

@@ -4,6 +4,9 @@
 #include <functional>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
 #include <dummy_collectives/hierarchy/levels.hpp>
 
 namespace dummy_collectives::hierarchy {
@@ -45,5 +48,45 @@ Bytes agree(
     const OpContext& ctx,
     ByteView payload = {},
     const Combine* combine = nullptr);
+
+// The agreement in two halves, so that a large collective's first in-host stage overlaps the
+// leaders' exchange: the constructor runs step 1 and issues step 2, finish() completes steps 2
+// and 3 (and raises a mismatch). Between the two the caller may issue in-host collectives only
+// (every rank of the host the same ones, and only where hostAgrees()), never cross-host ones.
+class Agreement {
+ public:
+  Agreement(
+      const Levels& levels,
+      const OpContext& ctx,
+      ByteView payload = {},
+      const Combine* combine = nullptr);
+  // Whether this host's ranks all called the same collective (known after step 1).
+  bool hostAgrees() const {
+    return hostAgrees_;
+  }
+  Bytes finish();
+
+  // What every record starts with (a fixed-size record: agreement.cpp).
+  struct Header {
+    OpDescriptor op;
+    int32_t verdict = 0;       // agreement.cpp's Verdict
+    int32_t writer = -1;       // group rank
+    uint64_t payloadBytes = 0;
+    int64_t sentAtUs = 0;      // wall clock (microseconds since the epoch) when it crossed hosts
+  };
+
+ private:
+
+  const Levels& levels_;
+  const OpContext& ctx_;
+  const Combine* combine_;
+  Header mine_;
+  at::Tensor hostRecords_;
+  bool hostAgrees_ = true;
+  c10::intrusive_ptr<c10d::Work> exchange_; // the leaders' exchange (leaders only)
+  at::Tensor leaderRecords_;
+  int64_t sentAtUs_ = 0;
+  bool finished_ = false;
+};
 
 } // namespace dummy_collectives::hierarchy

@@ -9,10 +9,24 @@ namespace dummy_collectives::hierarchy {
 
 // The collective a two-level algorithm runs: what messages name, and when it must be done.
 struct OpContext {
+  // Who timed out first decides what every rank reports, and only the first step of a
+  // collective -- where ranks come straight from the caller -- can name the rank that never
+  // came. Every later step waits for ranks that are known to have come; if one is late, it
+  // waits on another host. So the cross-host waits give the ranks that can name the cause
+  // kReasonPatience past the deadline to publish it, and in-host steps after the agreement wait
+  // a grace beyond that, by which time the reason has reached them through the store.
+  static constexpr std::chrono::milliseconds kReasonPatience{1000};
+  static constexpr std::chrono::milliseconds kFollowingStepGrace{2500};
+
   OpDescriptor op;
   int rank = 0; // group rank
   std::chrono::milliseconds timeout{0};
   std::chrono::steady_clock::time_point deadline;
+
+  // The timeout of an in-host step after the collective's first.
+  std::chrono::milliseconds followingStepTimeout() const {
+    return timeout + kFollowingStepGrace;
+  }
 
   // "dummy allreduce #3 of 4 Float elements with SUM on rank 2": how every error starts.
   std::string describe() const {
