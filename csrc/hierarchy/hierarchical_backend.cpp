@@ -233,7 +233,18 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
               algorithm = std::move(algorithm)]() mutable {
     ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
     health->raiseIfBroken(ctx.describe());
-    algorithm(*levels, ctx);
+    try {
+      algorithm(*levels, ctx);
+    } catch (const c10::DistBackendError&) {
+      throw; // the group's failure, or a mismatch every rank raises alike
+    } catch (const c10::ValueError&) {
+      throw; // bad arguments every rank found after the agreement (all-to-all split sizes)
+    } catch (const std::exception& e) {
+      // Anything else (out of memory, a bug) happened on this rank alone, part way through
+      // the collective's steps: its peers would wait for steps it never takes. Fail the group,
+      // so every rank on every host raises this, naming this rank.
+      health->fail(ctx.describe(), c10::str("failed on ", health->self(), ": ", e.what()));
+    }
   };
   if (issue.blocking && !observed) {
     std::exception_ptr error;
