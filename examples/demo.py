@@ -1,7 +1,9 @@
-"""Two ranks on one host: real collectives over the dummy backend, checked against gloo.
+"""Real collectives over the dummy backend, checked against gloo, on one host or several.
 
-Run:  python examples/demo.py            (spawns 2 ranks itself)
+Run:  python examples/demo.py            (spawns 2 ranks on this host)
   or: torchrun --nproc-per-node 2 examples/demo.py
+  or, on 2 hosts made of namespaces on this machine (root):
+      python -m dummy_collectives.namespaced_hosts --hosts 2 --nproc-per-host 2 -- examples/demo.py
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ def main() -> None:
     dist.init_process_group("dummy")
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
+    hosts = getattr(dist.group.WORLD._get_backend(torch.device("cpu")), "hosts", None)
+    if rank == 0:
+        where = f"{len(hosts)} hosts, ranks {hosts}" if hosts else "one host"
+        print(f"{world} ranks of dummy on {where}")
 
     x = torch.arange(4, dtype=torch.float32) + 10 * rank
     dist.all_reduce(x)
