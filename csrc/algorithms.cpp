@@ -11,6 +11,8 @@
 #include <c10/util/SmallVector.h>
 #include <c10/util/StringUtil.h>
 
+#include <dummy_collectives/debug_log.hpp>
+
 namespace dummy_collectives::algorithms {
 namespace {
 
@@ -135,6 +137,7 @@ void reduceImpl(
   Pointers srcs(ws);
 
   if (bytes <= oneShotMaxBytes && bytes <= t.slotBytes()) {
+    debug_log::note("one-shot");
     if (bytes > 0 && ws > 1) {
       std::memcpy(t.writeSlot(), base, bytes);
     }
@@ -149,6 +152,9 @@ void reduceImpl(
   }
 
   const int64_t chunkElems = static_cast<int64_t>(t.slotBytes() / es);
+  debug_log::note(
+      root < 0 ? "reduce-scatter + all-gather" : "reduce-scatter + gather", ", slot chunks ",
+      (n + chunkElems - 1) / chunkElems, ", threads ", workers.threads());
   // Each piece of a fold split over the workers needs its own source pointers.
   std::vector<Pointers> pieceSrcs(workers.threads(), Pointers(ws));
   for (int64_t off = 0; off < n; off += chunkElems) {
@@ -280,6 +286,7 @@ bool allreduceByPeerAccess(
   if (!t.sharePointers(base, peers.data())) {
     return false;
   }
+  debug_log::note("peer access, threads ", workers.threads());
   auto peerBytes = [&](int r, int64_t at) {
     return static_cast<std::byte*>(const_cast<void*>(peers[r])) + at * es;
   };
@@ -388,6 +395,7 @@ void gatherInto(
   const std::byte* in = bytesOf(input);
   Pointers peers(t.size());
   if (usePeerAccess(t, bytes * t.size(), window) && t.sharePointers(in, peers.data())) {
+    debug_log::note("peer access");
     if (receives) {
       forEachRankRange(workers, t.size(), bytes, [&](int r, size_t offset, size_t length) {
         if (r == t.rank()) {
@@ -575,6 +583,7 @@ void reduceScatterTensor(
   const std::byte* in = bytesOf(input);
   Pointers peers(ws);
   if (usePeerFold(t, static_cast<size_t>(n) * es, window) && t.sharePointers(in, peers.data())) {
+    debug_log::note("peer access");
     // Our part of every peer's input, a piece at a time through our next slot (private until
     // the next exchange), one share of it per worker thread, as in allreduceByPeerAccess.
     const PeerScratch cut = peerScratch(t, workers, es);

@@ -9,6 +9,7 @@
 
 #include <dummy_collectives/algorithms.hpp>
 #include <dummy_collectives/argument_checks.hpp>
+#include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/exit_registry.hpp>
 #include <dummy_collectives/monitored_barrier.hpp>
 #include <dummy_collectives/p2p_engine.hpp>
@@ -58,6 +59,24 @@ class ShmExitHandle final : public ExitHandle {
   std::weak_ptr<ShmTransport> transport_;
 };
 
+// TRACE: the line of a point-to-point operation, written when it completes (after its
+// copy-back), with its time since the call.
+P2pEngine::Finish tracedP2p(
+    P2pEngine::Finish finish,
+    const debug_log::Site& site,
+    std::string what,
+    const at::Tensor& tensor) {
+  what += c10::str(
+      " of ", tensor.numel(), " ", tensor.scalar_type(), " elements (",
+      debug_log::bytes(tensor.numel() * tensor.element_size()), ")", debug_log::inGroup(site));
+  return [finish = std::move(finish), rank = site.rank, what = std::move(what),
+          issuedAt = std::chrono::steady_clock::now()] {
+    finish();
+    debug_log::emit(
+        debug_log::Level::kTrace, rank, what + ": done in " + debug_log::elapsedSince(issuedAt));
+  };
+}
+
 } // namespace
 
 DummyBackend::DummyBackend(
@@ -97,6 +116,10 @@ DummyBackend::DummyBackend(
     exitHandle_ = std::make_shared<ShmExitHandle>(engine_, p2p_, transport_);
     registerForExit(exitHandle_, options_->timeout, rank);
   }
+  traceSite_ = {transport_ ? transport_->label(rank) : rank, &options_->group_name, !hostLevel_};
+  if (DC_LOG_ENABLED(kInfo)) {
+    logCreation();
+  }
 }
 
 DummyBackend::~DummyBackend() {
@@ -111,6 +134,55 @@ DummyBackend::~DummyBackend() {
   }
   engine_.reset(); // runs what is still queued, while the transport is alive
   p2p_.reset();
+}
+
+void DummyBackend::logCreation() const {
+  using debug_log::bytes;
+  const int me = traceSite_.rank;
+  // A host level is a part of its group (HierarchicalBackend logs the group itself).
+  const char* part = hostLevel_ ? "host level: " : "";
+  if (hostLevel_) {
+    std::vector<int> ranks;
+    for (int r = 0; r < getSize(); ++r) {
+      ranks.push_back(transport_->label(r));
+    }
+    DC_LOG(kInfo, me, part, "local rank ", getRank(), " of ", getSize(),
+           " (the group's ranks on this host: ", c10::Join(", ", ranks), ")");
+  } else {
+    const std::string& name = options_->group_name;
+    DC_LOG(kInfo, me, "group", name.empty() ? "" : " " + name, ": rank ", getRank(), " of ",
+           getSize(), ", all on one host, mode ", modeName(mode()));
+  }
+  if (!transport_) {
+    return; // zero mode: nothing moves
+  }
+  DC_LOG(kInfo, me, part, "transport: shared memory, a segment of ",
+         bytes(ShmTransport::segmentBytes(getSize(), transport_->slotBytes())),
+         ", 2 slots of buffer_bytes ", bytes(transport_->slotBytes()), " per rank");
+  DC_LOG(kInfo, me, part, "allreduce one-shot up to one_shot_max_bytes ",
+         bytes(options_->oneShotMaxBytes), ", peer access ",
+         options_->peerAccess
+             ? c10::str("from ", bytes(options_->peerAccessMinBytes), " to ",
+                        bytes(options_->peerAccessMaxBytes), " (min speed ",
+                        options_->peerAccessMinSpeed,
+                        ", the group decides at its first collective in that window)")
+             : std::string("off (peer_access 0)"),
+         ", reduce kernels ", reduceCapability());
+  DC_LOG(kInfo, me, part, "threads per rank ", workers_->threads(),
+         options_->threads > 0 ? "" : " (auto)", ", spin ",
+         options_->spinMicros >= 0
+             ? c10::str(options_->spinMicros, " us")
+             : std::string("auto (1 ms while ranks have a core each, 2 us where they share)"),
+         ", whether ranks share cores is decided at the first collective");
+  std::string cuda = "none (CPU-only build)";
+  if (device_) {
+    cuda = options_->cudaIpc
+        ? c10::str("CUDA IPC, 2 device buffers of ", bytes(options_->cudaBufferBytes),
+                   " set up at the first CUDA collective (staged through host memory where "
+                   "that fails), cuda_host_wait ", options_->cudaHostWait ? "on" : "off")
+        : std::string("staged through host memory (cuda_ipc 0)");
+  }
+  DC_LOG(kInfo, me, part, "CUDA tensors: ", cuda);
 }
 
 void DummyBackend::abort() {
@@ -576,9 +648,14 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::send(
   auto work = c10::make_intrusive<DummyWork>(
       getRank(), c10d::OpType::SEND, observed ? "dummy:send" : nullptr, tensors,
       std::vector<at::Tensor>(), 0, nullptr, p2p_);
-  p2p_->send(
-      work, dstRank, tag, host.data_ptr(), host.numel() * host.element_size(),
-      [staged] { staged->release(/*copyOut=*/false); });
+  const uint64_t bytes = host.numel() * host.element_size();
+  P2pEngine::Finish finish = [staged] { staged->release(/*copyOut=*/false); };
+  if (DC_LOG_ENABLED(kTrace)) {
+    finish = tracedP2p(
+        std::move(finish), traceSite_,
+        c10::str("send #", p2pSeq_, " to rank ", transport_->label(dstRank)), host);
+  }
+  p2p_->send(work, dstRank, tag, host.data_ptr(), bytes, std::move(finish));
   return work;
 }
 
@@ -620,9 +697,17 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
       0,
       nullptr,
       p2p_);
-  p2p_->recv(
-      work, srcRank, tag, host.data_ptr(), host.numel() * host.element_size(),
-      [staged] { staged->release(/*copyOut=*/true); });
+  const uint64_t bytes = host.numel() * host.element_size();
+  P2pEngine::Finish finish = [staged] { staged->release(/*copyOut=*/true); };
+  if (DC_LOG_ENABLED(kTrace)) {
+    finish = tracedP2p(
+        std::move(finish),
+        traceSite_,
+        srcRank < 0 ? c10::str(what, " #", p2pSeq_)
+                    : c10::str(what, " #", p2pSeq_, " from rank ", transport_->label(srcRank)),
+        host);
+  }
+  p2p_->recv(work, srcRank, tag, host.data_ptr(), bytes, std::move(finish));
   return work;
 }
 

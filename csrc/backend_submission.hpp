@@ -7,6 +7,7 @@
 #include <memory>
 
 #include <dummy_collectives/backend.hpp>
+#include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/device_collectives.hpp>
 #include <dummy_collectives/engine.hpp>
 #include <dummy_collectives/shm_transport.hpp>
@@ -26,6 +27,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     const SplitSizes& splits) {
   const Stamp stamped = stamp(op, inputs, outputs, issue.timeout, splits);
   const auto limit = stamped.limit;
+  // TRACE: a line per finished collective; a host level's are steps of its group's (unlogged).
+  const auto issuedAt = debug_log::issueTime();
   if (issue.blocking && !stamped.observed) {
     // The caller waits for this Work next thing: with nothing queued ahead, run it here. That
     // skips the queue, the body's allocation and the hand-offs around them, most of what a
@@ -35,8 +38,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     Transport& transport = *transport_;
     const bool ran = engine_->runNow([&] {
       try {
-        transport.beginOp(op, limit);
-        algorithm(transport);
+        debug_log::traced(op, traceSite_, issuedAt, [&] {
+          transport.beginOp(op, limit);
+          algorithm(transport);
+        });
       } catch (...) {
         error = std::current_exception();
       }
@@ -48,9 +53,12 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
   // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
   // The algorithm may own move-only state (HostStaging); a Work's body must be copyable.
   auto shared = std::make_shared<Algorithm>(std::move(algorithm));
-  auto body = [transport = transport_.get(), op, limit, shared](DummyWork&) {
-    transport->beginOp(op, limit);
-    (*shared)(*transport);
+  auto body = [transport = transport_.get(), op, limit, shared, issuedAt,
+               site = traceSite_](DummyWork&) {
+    debug_log::traced(op, site, issuedAt, [&] {
+      transport->beginOp(op, limit);
+      (*shared)(*transport);
+    });
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(body));
 }
@@ -66,14 +74,19 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
     Body body) {
   op.path = DataPath::kCudaIpc;
   const auto limit = stamp(op, inputs, outputs, issue.timeout).limit;
+  const auto issuedAt = debug_log::issueTime();
   std::vector<at::Tensor> touched(inputs);
   touched.insert(touched.end(), outputs.begin(), outputs.end());
   auto ticket = device_->submit(touched);
   // Raw pointers: the engine (which runs bodies) is destroyed before the transport and device.
   auto run = [transport = transport_.get(), device = device_.get(), op, limit, ticket,
-              body = std::move(body)](DummyWork& work) mutable {
-    transport->beginOp(op, limit);
-    device->run(*ticket, work, [&] { body(*device, *transport); });
+              body = std::move(body), issuedAt,
+              site = traceSite_](DummyWork& work) mutable {
+    // Traced until the host's part is done; the device's part completes later, on its stream.
+    debug_log::traced(op, site, issuedAt, [&] {
+      transport->beginOp(op, limit);
+      device->run(*ticket, work, [&] { body(*device, *transport); });
+    });
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(run));
 }

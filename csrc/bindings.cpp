@@ -6,6 +6,7 @@
 
 #include <dummy_collectives/backend.hpp>
 #include <dummy_collectives/cross_memory.hpp>
+#include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/exit_registry.hpp>
 #include <dummy_collectives/hierarchy/hierarchical_backend.hpp>
 #include <dummy_collectives/work.hpp>
@@ -145,10 +146,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::chrono::milliseconds timeout,
                       const c10::intrusive_ptr<BackendOptions>& options,
                       std::vector<int> groupRanks,
-                      int ranksOnMachine) {
+                      int ranksOnMachine,
+                      const std::string& groupName) {
             // A private copy: the group's timeout must not leak into the caller's options.
             auto own = c10::make_intrusive<BackendOptions>(*options);
             own->timeout = timeout;
+            own->group_name = groupName;
             return c10::make_intrusive<DummyBackend>(
                 store,
                 rank,
@@ -165,6 +168,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           // how many of the group's ranks run on this machine.
           py::arg("group_ranks") = std::vector<int>(),
           py::arg("ranks_on_machine") = 0,
+          // c10d's name of the group (the debug log's INFO lines show it).
+          py::arg("group_name") = std::string(),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })
@@ -203,9 +208,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::vector<std::string> hostAddresses,
                       c10::intrusive_ptr<DummyBackend> hostBackend,
                       std::optional<c10::intrusive_ptr<c10d::Backend>> rail,
-                      c10::intrusive_ptr<c10d::Backend> everyone) {
+                      c10::intrusive_ptr<c10d::Backend> everyone,
+                      const std::string& groupName) {
             auto own = c10::make_intrusive<BackendOptions>(*options);
             own->timeout = timeout;
+            own->group_name = groupName;
             return c10::make_intrusive<HierarchicalBackend>(
                 store,
                 rank,
@@ -227,6 +234,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("host_backend"),
           py::arg("rail"),
           py::arg("everyone"),
+          py::arg("group_name") = std::string(),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "hosts",
@@ -264,6 +272,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "of this process still has outstanding, so no engine thread touches Python objects while "
       "the interpreter finalises.",
       py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "debug_level",
+      &dummy_collectives::debug_log::levelName,
+      "The debug log's level, read once when the library loaded: 'WARN', 'INFO' or 'TRACE' "
+      "(DUMMY_COLLECTIVES_DEBUG).");
   m.def(
       "reduce_capability",
       &dummy_collectives::reduceCapability,

@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include <c10/util/StringUtil.h>
 
 #include <dummy_collectives/cross_memory.hpp>
+#include <dummy_collectives/debug_log.hpp>
 
 namespace dummy_collectives {
 
@@ -401,13 +403,29 @@ bool ShmTransport::sharePointers(const void* mine, const void** all) {
     // Every rank has connected (and published its probe word) before publishing a step. One
     // rank that cannot reach one peer turns peer access off for the whole group: an algorithm
     // reaches every rank, so it is all or nothing.
-    *static_cast<uint8_t*>(writeSlot()) = wantsPeerAccess() ? 1 : 0;
+    const bool mine = wantsPeerAccess();
+    *static_cast<uint8_t*>(writeSlot()) = mine ? 1 : 0;
     exchange();
     bool everyone = true;
     for (int r = 0; r < size_; ++r) {
       everyone = everyone && *static_cast<const uint8_t*>(readSlot(r)) != 0;
     }
     peerAccess_ = everyone ? PeerAccess::kYes : PeerAccess::kNo;
+    if (DC_LOG_ENABLED(kInfo)) {
+      std::string why = "every rank reaches every other's memory";
+      if (!mine) {
+        why = !peerAccessWanted_ ? "peer_access is 0 on this rank"
+            : peerAccessMinSpeed_ > 0.0 && cross_memory::copySpeed() < peerAccessMinSpeed_
+            ? c10::str("this rank's cross-memory copy runs at ", std::setprecision(2),
+                       cross_memory::copySpeed(), " of memcpy's speed, below "
+                       "peer_access_min_speed ", peerAccessMinSpeed_)
+            : std::string("this rank cannot reach every peer's memory");
+      } else if (!everyone) {
+        why = "another rank voted against it";
+      }
+      DC_LOG(kInfo, label(rank_), hostLevel_.groupRanks.empty() ? "" : "host level: ",
+             "peer access ", everyone ? "on" : "off", " (", why, ")");
+    }
   }
   return peerAccess_ == PeerAccess::kYes;
 }
@@ -609,9 +627,14 @@ void ShmTransport::decideCoreSharing() {
       all[w] |= cpus[w];
     }
   }
-  shareCores_.store(
-      std::max(size_, hostLevel_.ranksOnMachine) > countCpus(all), std::memory_order_relaxed);
+  const int ranks = std::max(size_, hostLevel_.ranksOnMachine);
+  shareCores_.store(ranks > countCpus(all), std::memory_order_relaxed);
   coresDecided_.store(true, std::memory_order_release);
+  DC_LOG(kInfo, label(rank_), hostLevel_.groupRanks.empty() ? "" : "host level: ",
+         "ranks share cores: ", ranks > countCpus(all) ? "yes" : "no", " (ranks on this "
+         "machine ", ranks, ", CPUs in their affinities ", countCpus(all), "); a wait spins ",
+         std::chrono::duration_cast<std::chrono::microseconds>(policy().spin).count(),
+         " us before it yields");
 }
 
 std::optional<bool> ShmTransport::sharesCores() const {

@@ -66,6 +66,7 @@ def create(
     topology: Topology,
     timeout: datetime.timedelta,
     options: Options,
+    group_name: str = "",
 ) -> HierarchicalBackend:
     """The backend of ``topology.rank`` in a group that spans hosts."""
     engine_name(options)
@@ -78,6 +79,7 @@ def create(
         options,
         group_ranks=list(topology.hosts[host]),
         ranks_on_machine=topology.ranks_on_machine,
+        group_name=group_name,
     )
     rail = None
     if topology.uniform or topology.local_rank == 0:
@@ -99,4 +101,5 @@ def create(
         host_backend=host_backend,
         rail=rail,
         everyone=everyone,
+        group_name=group_name,
     )

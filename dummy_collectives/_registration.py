@@ -42,10 +42,11 @@ def _create_backend(
             f"got {type(pg_options).__name__}"
         )
     store, rank, size = dist_opts.store, dist_opts.group_rank, dist_opts.group_size
+    name = str(getattr(dist_opts, "group_id", None) or "")  # for the debug log only
     found = topology.discover(store, rank, size, _group_settings(pg_options))
     if len(found.hosts) == 1 or pg_options.mode == "zero":
-        return DummyBackend(store, rank, size, dist_opts.timeout, pg_options)
-    return _hierarchy.create(store, found, dist_opts.timeout, pg_options)
+        return DummyBackend(store, rank, size, dist_opts.timeout, pg_options, group_name=name)
+    return _hierarchy.create(store, found, dist_opts.timeout, pg_options, group_name=name)
 
 
 def register() -> None:

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -14,6 +16,7 @@
 
 #include <dummy_collectives/argument_checks.hpp>
 #include <dummy_collectives/backend.hpp>
+#include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/engine.hpp>
 #include <dummy_collectives/exit_registry.hpp>
 #include <dummy_collectives/hierarchy/agreement.hpp>
@@ -152,6 +155,40 @@ HierarchicalBackend::HierarchicalBackend(
   engine_ = std::make_shared<Engine>(Engine::Timing{});
   exitHandle_ = std::make_shared<HierarchyExitHandle>(engine_, health_.get());
   registerForExit(exitHandle_, options_->timeout, rank);
+  if (DC_LOG_ENABLED(kInfo)) {
+    logCreation();
+  }
+}
+
+void HierarchicalBackend::logCreation() const {
+  using debug_log::bytes;
+  const int me = getRank();
+  const std::string& name = options_->group_name;
+  DC_LOG(kInfo, me, "group", name.empty() ? "" : " " + name, ": rank ", me, " of ", getSize(),
+         " on ", topology_.hostCount(), " hosts, mode ", modeName(options_->mode),
+         "; this rank is local rank ", topology_.localRank(), " of ", topology_.localSize(),
+         " on host ", topology_.host());
+  // Enough hosts to see the layout; a thousand-host job need not print them all on every rank.
+  constexpr int kHostsShown = 16;
+  for (int h = 0; h < std::min(topology_.hostCount(), kHostsShown); ++h) {
+    DC_LOG(kInfo, me, "host ", h, " of ", topology_.hostCount(), ": ",
+           topology_.describeHost(h).substr(std::strlen("host "))); // "host <name> ..."
+  }
+  if (topology_.hostCount() > kHostsShown) {
+    DC_LOG(kInfo, me, "... and ", topology_.hostCount() - kHostsShown, " more hosts");
+  }
+  const std::string between = topology_.uniform()
+      ? c10::str("rails (ranks per host ", topology_.localSize(), "; this rank's rail: ranks ",
+                 c10::Join(", ", topology_.rail(topology_.localRank())), ")")
+      : c10::str("leaders (hosts run different numbers of ranks; their local rank 0 carries "
+                 "the cross-host stage, this rank ",
+                 topology_.localRank() == 0 ? "among them)" : "not)");
+  DC_LOG(kInfo, me, "cross-host engine gloo (inter_host ", options_->interHost, ") over ", between,
+         "; CUDA tensors cross hosts staged through host memory");
+  DC_LOG(kInfo, me, "cross-host: up to inter_host_inline_bytes ",
+         bytes(options_->interHostInlineBytes),
+         " ride with the agreement (one exchange), larger messages are pipelined in at least 4 "
+         "chunks of at most inter_host_chunk_bytes ", bytes(options_->interHostChunkBytes));
 }
 
 HierarchicalBackend::~HierarchicalBackend() {
@@ -228,23 +265,27 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
   ctx.op = op;
   ctx.rank = getRank();
   ctx.timeout = issue.timeout == c10d::kUnsetTimeout ? options_->timeout : issue.timeout;
+  const auto issuedAt = debug_log::issueTime();
   // Raw pointers: the engine (which runs bodies) is destroyed before the levels.
-  auto run = [levels = levels_.get(), health = health_.get(), ctx,
+  auto run = [levels = levels_.get(), health = health_.get(), ctx, issuedAt,
+              site = debug_log::Site{getRank(), &options_->group_name},
               algorithm = std::move(algorithm)]() mutable {
-    ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
-    health->raiseIfBroken(ctx.describe());
-    try {
-      algorithm(*levels, ctx);
-    } catch (const c10::DistBackendError&) {
-      throw; // the group's failure, or a mismatch every rank raises alike
-    } catch (const c10::ValueError&) {
-      throw; // bad arguments every rank found after the agreement (all-to-all split sizes)
-    } catch (const std::exception& e) {
-      // Anything else (out of memory, a bug) happened on this rank alone, part way through
-      // the collective's steps: its peers would wait for steps it never takes. Fail the group,
-      // so every rank on every host raises this, naming this rank.
-      health->fail(ctx.describe(), c10::str("failed on ", health->self(), ": ", e.what()));
-    }
+    debug_log::traced(ctx.op, site, issuedAt, [&] {
+      ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
+      health->raiseIfBroken(ctx.describe());
+      try {
+        algorithm(*levels, ctx);
+      } catch (const c10::DistBackendError&) {
+        throw; // the group's failure, or a mismatch every rank raises alike
+      } catch (const c10::ValueError&) {
+        throw; // bad arguments every rank found after the agreement (all-to-all split sizes)
+      } catch (const std::exception& e) {
+        // Anything else (out of memory, a bug) happened on this rank alone, part way through
+        // the collective's steps: its peers would wait for steps it never takes. Fail the
+        // group, so every rank on every host raises this, naming this rank.
+        health->fail(ctx.describe(), c10::str("failed on ", health->self(), ": ", e.what()));
+      }
+    });
   };
   if (issue.blocking && !observed) {
     std::exception_ptr error;

@@ -9,6 +9,7 @@
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/exception.h>
 
+#include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/hierarchy/agreement.hpp>
 #include <dummy_collectives/hierarchy/pipeline.hpp>
 #include <dummy_collectives/reduce_kernel.hpp>
@@ -149,6 +150,7 @@ struct Chunking {
     const auto elements = static_cast<int64_t>(wanted / std::max<size_t>(1, elementSize));
     chunk = std::max(granule, elements / granule * granule);
     count = static_cast<int>(std::max<int64_t>(1, ceilDiv(numel, chunk)));
+    debug_log::note("pipelined, chunks ", count);
   }
   int64_t begin(int c) const {
     return std::min(numel, c * chunk);
@@ -351,6 +353,7 @@ void allreduceOnRails(
     const ReduceSpec& spec, Agreement* agreement) {
   const int L = levels.host.size();
   const int H = levels.rail->size();
+  debug_log::note("on the rails");
   const Chunking plan(
       flat.numel(), int64_t{L} * H * lineElements(flat.element_size()), levels.settings,
       flat.element_size());
@@ -393,6 +396,7 @@ void allreduceThroughLeaders(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const c10d::ReduceOp& op,
     const ReduceSpec& spec) {
   const int H = levels.topology.hostCount();
+  debug_log::note("through the leaders");
   const Chunking plan(
       flat.numel(), int64_t{H} * lineElements(flat.element_size()), levels.settings,
       flat.element_size());
@@ -482,6 +486,7 @@ void allreduce(
   }
   // Small: the data rides with the agreement. Each host folds its ranks' payloads, then every
   // host's sum is folded in host order (the same order on every rank: identical results).
+  debug_log::note("inline with the agreement");
   const int64_t numel = data.numel();
   const Combine combine{
       [&](const std::vector<ByteView>& local) {
@@ -521,6 +526,7 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
   const bool isRoot = topology.rank() == root;
   if (bytes <= levels.settings.inlineBytes) {
     // The root's data rides with the agreement.
+    debug_log::note("inline with the agreement");
     const Combine combine{
         [&](const std::vector<ByteView>& local) {
           if (topology.host() != rootHost) {
@@ -616,6 +622,7 @@ void allgatherData(
   at::Tensor in = input.reshape(-1);
   at::Tensor out = output.view(-1);
   if (!topology.uniform()) {
+    debug_log::note("gloo over every rank");
     at::Tensor outBytes = bytesOf(out);
     at::Tensor inBytes = bytesOf(in);
     levels.everyone.wait(levels.everyone.allgather(outBytes, inBytes), ctx);
@@ -676,6 +683,7 @@ void allgather(
     return;
   }
   // Small: every host's inputs ride with the agreement, in [host][local rank] order.
+  debug_log::note("inline with the agreement");
   auto concat = [](const std::vector<ByteView>& parts) {
     Bytes all;
     for (const auto& p : parts) {
@@ -715,6 +723,7 @@ void reduceScatterData(
   if (!topology.uniform()) {
     // Every rank sends part d to rank d and folds what it receives in rank order: exactly the
     // one-level reduction.
+    debug_log::note("gloo over every rank");
     at::Tensor parts = at::empty_like(in);
     at::Tensor partsBytes = bytesOf(parts);
     at::Tensor inBytes = bytesOf(in);
@@ -806,6 +815,7 @@ void gather(
     std::vector<at::Tensor>& outputs,
     int root) {
   agree(levels, ctx);
+  debug_log::note("gloo over every rank");
   std::vector<at::Tensor> in{bytesOf(input.contiguous())};
   std::vector<std::vector<at::Tensor>> out;
   if (levels.topology.rank() == root) {
@@ -827,6 +837,7 @@ void scatter(
     at::Tensor& output,
     int root) {
   agree(levels, ctx);
+  debug_log::note("gloo over every rank");
   std::vector<at::Tensor> out{bytesOf(output)};
   std::vector<std::vector<at::Tensor>> in;
   if (levels.topology.rank() == root) {
@@ -849,6 +860,7 @@ void alltoall(
     const std::vector<int64_t>& sendBytes,
     const std::vector<int64_t>& recvBytes) {
   agree(levels, ctx);
+  debug_log::note("gloo over every rank");
   const InterHostEngine& everyone = levels.everyone;
   const int W = everyone.size();
   // Every rank's sizes, so every rank checks every pair alike (and raises alike).
@@ -885,6 +897,7 @@ void alltoall(
 
 at::Tensor allreduceSparse(const Levels& levels, const OpContext& ctx, const at::Tensor& input) {
   agree(levels, ctx);
+  debug_log::note("gloo over every rank");
   std::vector<at::Tensor> tensors{input.clone()};
   auto work = levels.everyone->allreduce_sparse(tensors);
   levels.everyone.wait(work, ctx);

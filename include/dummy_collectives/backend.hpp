@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <dummy_collectives/algorithms.hpp>
+#include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 #include <dummy_collectives/options.hpp>
 #include <dummy_collectives/param_comms.hpp>
@@ -244,6 +245,11 @@ class DummyBackend final : public c10d::Backend {
   std::shared_ptr<DeviceCollectives> device_; // null in zero mode and CPU-only builds
   std::shared_ptr<ExitHandle> exitHandle_;    // the exit flush's weak reference points here
   bool hostLevel_;   // the host level of a group spanning hosts (HostLevelOf)
+  // How the debug log names this group's operations: by the group rank (of the whole group,
+  // for a host level, whose collectives are the group's steps and go unlogged).
+  debug_log::Site traceSite_;
+  // DUMMY_COLLECTIVES_DEBUG=INFO: what the group found and chose, once, when it is made.
+  void logCreation() const;
   // "dummy:all_reduce" -> "dummy.host:all_reduce", interned for the profiler (it keeps pointers).
   static const char* hostLevelTitle(const char* title);
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same

@@ -168,6 +168,8 @@ class HierarchicalBackend final : public c10d::Backend {
   // What c10d backends record of a point-to-point operation (record_param_comms), here for the
   // whole group whichever level carries it.
   void recordPointToPoint(const char* name, int peer, const std::vector<at::Tensor>& tensors);
+  // DUMMY_COLLECTIVES_DEBUG=INFO: the group's hosts and cross-host settings, once, when made.
+  void logCreation() const;
 
   c10::intrusive_ptr<BackendOptions> options_;
   Topology topology_;
