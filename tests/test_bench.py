@@ -165,7 +165,8 @@ def test_rank_floor_is_measured_in_rank_processes_of_its_own(world_size: int) ->
     result = rank_floor(world_size, config)
     assert result.ok, result.note
     assert result.world_size == world_size and result.backend == "c10d-floor"
-    assert 0 < result.time_s < 1e-3, result
+    # A time per call, not per round (0.02 s): ~0.05-1 ms here, more while the machine is busy.
+    assert 0 < result.time_s < config.round_time / 2, result
     assert result.iters >= 1 and len(result.rounds_s) == config.rounds, result
 
 
