@@ -17,6 +17,20 @@ namespace py = pybind11;
 using dummy_collectives::BackendOptions;
 using dummy_collectives::DummyBackend;
 
+namespace {
+
+// A group's own copy of the options it was created with: its timeout and name must not leak
+// into the caller's options object (one may serve several groups).
+c10::intrusive_ptr<BackendOptions> groupOptions(
+    const BackendOptions& options, std::chrono::milliseconds timeout, const std::string& name) {
+  auto own = c10::make_intrusive<BackendOptions>(options);
+  own->timeout = timeout;
+  own->group_name = name;
+  return own;
+}
+
+} // namespace
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dummy_collectives: a c10d backend over shared memory";
   // Registers torch's pybind types (Store, Backend, Backend.Options) that ours derive from.
@@ -148,10 +162,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::vector<int> groupRanks,
                       int ranksOnMachine,
                       const std::string& groupName) {
-            // A private copy: the group's timeout must not leak into the caller's options.
-            auto own = c10::make_intrusive<BackendOptions>(*options);
-            own->timeout = timeout;
-            own->group_name = groupName;
+            auto own = groupOptions(*options, timeout, groupName);
             return c10::make_intrusive<DummyBackend>(
                 store,
                 rank,
@@ -210,9 +221,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::optional<c10::intrusive_ptr<c10d::Backend>> rail,
                       c10::intrusive_ptr<c10d::Backend> everyone,
                       const std::string& groupName) {
-            auto own = c10::make_intrusive<BackendOptions>(*options);
-            own->timeout = timeout;
-            own->group_name = groupName;
+            auto own = groupOptions(*options, timeout, groupName);
             return c10::make_intrusive<HierarchicalBackend>(
                 store,
                 rank,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dummy_collectives.bench.plan import DUMMY, GLOO
 from dummy_collectives.bench.results import Result
 from dummy_collectives.bench.sizes import MIB, MIN_SIZE, format_size
-from dummy_collectives.bench.targets import FAIL, NA, PASS, Table, Verdict
+from dummy_collectives.bench.targets import FAIL, NA, PASS, Table, Verdict, allreduce_tables
 
 UNSHAPED_MIN = MIN_SIZE
 UNSHAPED_MAX = 64 * MIB
@@ -103,14 +103,7 @@ def evaluate_point(
 def evaluate(results: list[Result], hosts: int, rate_bits_per_s: float | None) -> list[Verdict]:
     """Verdicts for every (world size, size) at which allreduce was attempted across ``hosts``
     hosts, with links shaped to ``rate_bits_per_s`` (None: unshaped)."""
-    tables: dict[tuple[int, int], Table] = {}
-    for result in results:
-        if result.collective != "allreduce":
-            continue
-        table = tables.setdefault((result.world_size, result.size), {})
-        if result.ok:
-            table[result.backend] = result
     return [
         evaluate_point(ws, size, table, hosts, rate_bits_per_s)
-        for (ws, size), table in sorted(tables.items())
+        for (ws, size), table in sorted(allreduce_tables(results).items())
     ]

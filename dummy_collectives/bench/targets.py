@@ -191,6 +191,19 @@ def floor_for(
     return Floor(one) if one is not None else None
 
 
+def allreduce_tables(results: list[Result]) -> dict[tuple[int, int], Table]:
+    """Every (world size, size) at which allreduce was attempted, with the backends that ran
+    it there successfully."""
+    tables: dict[tuple[int, int], Table] = {}
+    for result in results:
+        if result.collective != "allreduce":
+            continue
+        table = tables.setdefault((result.world_size, result.size), {})
+        if result.ok:
+            table[result.backend] = result
+    return tables
+
+
 def evaluate(
     results: list[Result],
     device: str,
@@ -200,14 +213,7 @@ def evaluate(
     """Verdicts for every (world size, size) at which allreduce was attempted; ``floor`` is the
     one-process c10d floor measured in the same run, if it was, and ``rank_floors`` the floors
     measured at world sizes."""
-    tables: dict[tuple[int, int], Table] = {}
-    for result in results:
-        if result.collective != "allreduce":
-            continue
-        table = tables.setdefault((result.world_size, result.size), {})
-        if result.ok:
-            table[result.backend] = result
     return [
         evaluate_point(ws, size, table, device, floor_for(ws, floor, rank_floors))
-        for (ws, size), table in sorted(tables.items())
+        for (ws, size), table in sorted(allreduce_tables(results).items())
     ]
