@@ -184,6 +184,31 @@ def test_cuda_targets_hold_busbw_against_gloo_and_one_rank_against_nccl() -> Non
     single = [point("dummy", 1, 4, 6e-6), point("nccl", 1, 4, 16e-6)]
     verdicts = [targets.evaluate(r, "cuda")[0].verdict for r in (fast, slow, small, single)]
     assert verdicts == [targets.PASS, targets.FAIL, targets.NA, targets.PASS], verdicts
+    # With the device copy measured, 2 ranks must also come within 1.3x of two copies' time.
+    copy = [point("memcpy", 1, big, 45e-6)]
+    (near,) = targets.evaluate(fast[:1] + [point("gloo", 2, big, 30e-3)], "cuda", copies=copy)
+    assert near.verdict == targets.FAIL, near
+    assert "1.67x the copy bound of 90 us (need <= 1.3x)" in near.parts[1], near.parts
+    within = [point("dummy", 2, big, 110e-6), point("gloo", 2, big, 30e-3)]
+    assert targets.evaluate(within, "cuda", copies=copy)[0].verdict == targets.PASS
+
+
+def test_large_message_target_needs_twice_the_faster_peer() -> None:
+    """Issue 24: from 1 MiB up, >= 3x gloo's busbw and >= 2x the faster of DeepSpeed and Open
+    MPI; the slower peer is shown, not held."""
+    size = 16 << 20
+
+    def point(backend: str, time_s: float) -> Result:
+        return measured(backend, "allreduce", 8, size, size, Timing(time_s, time_s, (time_s,), 1))
+
+    gloo, slow_peer = point("gloo", 12e-3), point("deepspeed", 20e-3)
+    passing = [point("dummy", 4e-3), gloo, point("openmpi", 8.2e-3), slow_peer]
+    (verdict,) = targets.evaluate(passing, "cpu")
+    assert verdict.verdict == targets.PASS, verdict
+    assert "2.05x Open MPI's busbw, the faster peer (need >= 2x)" in verdict.parts, verdict.parts
+    assert "5.00x DeepSpeed's busbw" in verdict.parts, verdict.parts
+    ahead_only = [point("dummy", 4e-3), gloo, point("openmpi", 6e-3)]
+    assert targets.evaluate(ahead_only, "cpu")[0].verdict == targets.FAIL
 
 
 # --- the multi-host mode ------------------------------------------------------------------

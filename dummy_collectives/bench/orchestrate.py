@@ -108,7 +108,7 @@ def _pass(run: RunData) -> None:
 def _finish(run: RunData, out: Path, plot_png: bool) -> None:
     if hasattr(os, "getloadavg"):
         run.machine["load_average_end"] = list(os.getloadavg())
-    run.verdicts = evaluate(run.results, run.plan.device, run.floor, run.rank_floors)
+    run.verdicts = evaluate(run.results, run.plan.device, run.floor, run.rank_floors, run.memcpy)
     text = markdown(run)
     md_path, json_path = write(run, out)
     _say("\n" + text)

@@ -12,12 +12,17 @@ CPU tensors, 2 ranks or more:
   the absolute comparison, and the time above the one-process floor, too. Where gloo is less
   than 20x slower than the floor itself, no c10d backend can meet the first part; the verdict
   says so (and still fails);
-- messages >= 1 MiB: at least 3x gloo's busbw, and ahead of both peers.
+- messages >= 1 MiB: at least 3x gloo's busbw, and at least 2x the busbw of the faster of
+  DeepSpeed and Open MPI (the report still shows each peer's ratio).
 
 CUDA tensors (ranks sharing one GPU):
 
 - 2 ranks or more, messages >= 64 MiB: at least 100x gloo's busbw (gloo stages through the host;
-  NCCL refuses two ranks on one GPU);
+  NCCL refuses two ranks on one GPU), and within 1.3x of the copy bound. An allreduce of n
+  ranks sharing the GPU reads every rank's tensor and writes every rank's tensor: 2nN bytes
+  through device memory, what n device-to-device copies of N bytes move. So the bound is n
+  times the ``dst.copy_(src)`` time measured at that size in the same run (the report shows
+  every CUDA point against it);
 - 1 rank: no slower than NCCL, at every size.
 
 A part whose reference was not measured is "n.a."; the verdict is PASS when every part that
@@ -37,8 +42,10 @@ SMALL_MAX = 4 * KIB
 LARGE_MIN = 1 * MIB
 SMALL_VS_GLOO = 20.0
 LARGE_VS_GLOO = 3.0
+LARGE_VS_PEER = 2.0
 CUDA_LARGE_MIN = 64 * MIB
 CUDA_LARGE_VS_GLOO = 100.0
+CUDA_OF_COPY_BOUND = 1.3
 PEER_NAMES = {DEEPSPEED: "DeepSpeed", OPENMPI: "Open MPI"}
 
 PASS = "PASS"
@@ -123,18 +130,35 @@ def _vs_gloo_busbw(dummy: Result, others: Table, need: float, parts: list[str]) 
 
 def _large(dummy: Result, others: Table, parts: list[str]) -> list[bool]:
     checks = _vs_gloo_busbw(dummy, others, LARGE_VS_GLOO, parts)
-    for name, label in PEER_NAMES.items():
-        peer = others.get(name)
-        if peer is None:
-            parts.append(f"{label}: n.a.")
-            continue
+    peers = {name: others[name] for name in PEER_NAMES if name in others}
+    if not peers:
+        parts.append("peers: n.a.")
+        return checks
+    faster = max(peers, key=lambda name: peers[name].busbw)
+    for name, peer in peers.items():
         ratio = dummy.busbw / peer.busbw
-        checks.append(ratio > 1.0)
-        parts.append(f"{ratio:.2f}x {label}'s busbw (need > 1x)")
+        if name == faster:
+            checks.append(ratio >= LARGE_VS_PEER)
+            parts.append(
+                f"{ratio:.2f}x {PEER_NAMES[name]}'s busbw, the faster peer "
+                f"(need >= {LARGE_VS_PEER:g}x)"
+            )
+        else:
+            parts.append(f"{ratio:.2f}x {PEER_NAMES[name]}'s busbw")
     return checks
 
 
-def _cuda(world_size: int, size: int, dummy: Result, others: Table, parts: list[str]) -> list[bool]:
+def copy_bound_s(world_size: int, copy: Result | None) -> float | None:
+    """The least time an allreduce of ``world_size`` ranks sharing one GPU can take: every
+    rank's tensor read and written once, ``world_size`` copies of the measured ``copy``."""
+    if copy is None or not copy.ok or world_size < 2:
+        return None
+    return world_size * copy.time_s
+
+
+def _cuda(
+    world_size: int, dummy: Result, others: Table, parts: list[str], copy: Result | None
+) -> list[bool]:
     if world_size == 1:
         nccl = others.get(NCCL)
         if nccl is None:
@@ -143,14 +167,30 @@ def _cuda(world_size: int, size: int, dummy: Result, others: Table, parts: list[
         ratio = nccl.time_s / dummy.time_s
         parts.append(f"{ratio:.2f}x NCCL's speed (need >= 1x)")
         return [dummy.time_s <= nccl.time_s]
-    return _vs_gloo_busbw(dummy, others, CUDA_LARGE_VS_GLOO, parts)
+    checks = _vs_gloo_busbw(dummy, others, CUDA_LARGE_VS_GLOO, parts)
+    bound = copy_bound_s(world_size, copy)
+    if bound is None:
+        parts.append("copy bound: n.a.")
+        return checks
+    ratio = dummy.time_s / bound
+    checks.append(ratio <= CUDA_OF_COPY_BOUND)
+    parts.append(
+        f"{ratio:.2f}x the copy bound of {bound * 1e6:.0f} us (need <= {CUDA_OF_COPY_BOUND:g}x)"
+    )
+    return checks
 
 
 def evaluate_point(
-    world_size: int, size: int, table: Table, device: str, floor: Floor | None = None
+    world_size: int,
+    size: int,
+    table: Table,
+    device: str,
+    floor: Floor | None = None,
+    copy: Result | None = None,
 ) -> Verdict:
     """The verdict at one (world size, size), from the measured results there by backend;
-    ``floor`` is the c10d floor for this world size (None where it was not measured)."""
+    ``floor`` is the c10d floor for this world size (None where it was not measured) and
+    ``copy`` the memcpy of this size on the device (CUDA's copy bound)."""
     verdict = Verdict(world_size, size, NA)
     if device == "cuda":
         if world_size >= 2 and size < CUDA_LARGE_MIN:
@@ -169,7 +209,7 @@ def evaluate_point(
         return verdict
     others = {name: result for name, result in table.items() if name != DUMMY}
     if device == "cuda":
-        checks = _cuda(world_size, size, dummy, others, verdict.parts)
+        checks = _cuda(world_size, dummy, others, verdict.parts, copy)
     elif size <= SMALL_MAX:
         checks = _small(dummy, others, verdict.parts, floor)
     else:
@@ -209,11 +249,15 @@ def evaluate(
     device: str,
     floor: Result | None = None,
     rank_floors: list[Result] | tuple[Result, ...] = (),
+    copies: list[Result] | tuple[Result, ...] = (),
 ) -> list[Verdict]:
     """Verdicts for every (world size, size) at which allreduce was attempted; ``floor`` is the
-    one-process c10d floor measured in the same run, if it was, and ``rank_floors`` the floors
-    measured at world sizes."""
+    one-process c10d floor measured in the same run, if it was, ``rank_floors`` the floors
+    measured at world sizes and ``copies`` the memcpy measured at each size."""
+    copy_at = {copy.size: copy for copy in copies if copy.ok}
     return [
-        evaluate_point(ws, size, table, device, floor_for(ws, floor, rank_floors))
+        evaluate_point(
+            ws, size, table, device, floor_for(ws, floor, rank_floors), copy_at.get(size)
+        )
         for (ws, size), table in sorted(allreduce_tables(results).items())
     ]
