@@ -13,6 +13,8 @@ Scenarios:
   mismatch                    ranks on different hosts (then on one host) call different
                               collectives; the group must stay usable
   skip VICTIM                 rank VICTIM skips one collective; the others time out
+  cuda                        collectives on CUDA tensors of the one GPU every rank shares,
+                              checked against exact values
 """
 
 from __future__ import annotations
@@ -166,12 +168,61 @@ def skip(out_dir: str, victim: str) -> Result:
     return {"error": error, "seconds": time.monotonic() - start}
 
 
+def _values(rank: int, n: int, device: torch.device) -> torch.Tensor:
+    """Rank ``rank``'s small integers (exact in float32 when summed over a few ranks)."""
+    return (torch.arange(n, device=device) % 7 + rank + 1).float()
+
+
+def cuda(out_dir: str) -> Result:
+    """Collectives on CUDA tensors across hosts (every rank on cuda:0, the GPU they share):
+    each host's ranks over the CUDA path, hosts through the cross-host engine, staged."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    wrong: list[str] = []
+
+    def check(what: str, got: torch.Tensor, expected: torch.Tensor) -> None:
+        if not torch.equal(got.cpu(), expected.cpu()):
+            wrong.append(
+                f"{what}: got {got.flatten()[:4].tolist()}, want {expected.flatten()[:4].tolist()}"
+            )
+
+    is_dummy = harness.backend_under_test() == "dummy"
+    for n in (5, 300_000, 3_000_000):  # rides with the agreement, pipelined, several chunks
+        total = sum(_values(r, n, device) for r in range(world))
+        t = _values(rank, n, device)
+        dist.all_reduce(t)
+        check(f"all_reduce sum n={n}", t, total)
+        t = _values(rank, n, device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        check(f"all_reduce max n={n}", t, _values(world - 1, n, device))
+        t = _values(rank, n, device)
+        dist.broadcast(t, src=world - 1)
+        check(f"broadcast n={n}", t, _values(world - 1, n, device))
+        out = [torch.empty(n, device=device) for _ in range(world)]
+        dist.all_gather(out, _values(rank, n, device))
+        for r in range(world):
+            check(f"all_gather n={n} part {r}", out[r], _values(r, n, device))
+        if is_dummy:  # gloo has no CUDA reduce_scatter or reduce
+            full = torch.cat([_values(rank, n, device) * (r + 1) for r in range(world)])
+            part = torch.empty(n, device=device)
+            dist.reduce_scatter_tensor(part, full)
+            check(f"reduce_scatter n={n}", part, total * (rank + 1))
+            t = _values(rank, n, device)
+            dist.reduce(t, dst=0)
+            if rank == 0:
+                check(f"reduce n={n}", t, total)
+    torch.cuda.synchronize()
+    return {"wrong": wrong, "device": torch.cuda.get_device_name(device)}
+
+
 SCENARIOS: dict[str, Callable[..., Result]] = {
     "random_program": random_program,
     "ddp": ddp,
     "kill": kill,
     "mismatch": mismatch,
     "skip": skip,
+    "cuda": cuda,
 }
 
 

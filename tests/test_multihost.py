@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import support
+import torch
 
 from dummy_collectives import namespaced_hosts
 
@@ -120,6 +121,20 @@ def test_random_program_matches_gloo_on_uneven_hosts_not_numbered_in_order(hosts
     if support.IS_DUMMY:
         assert job.results[0]["hosts"] == [[0, 1, 3], [2]]
     support.assert_no_failures([job.results[r]["failures"] for r in range(4)])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU; run on the GPU machine"
+)
+def test_cuda_tensors_across_hosts_sharing_one_gpu_are_exact(hosts) -> None:
+    # Each host's ranks share the GPU (the CUDA path inside the host); between hosts the
+    # tensors are staged through host memory over gloo.
+    job = run_job(hosts, "cuda")
+    check_ran_everywhere(job, 4)
+    assert job.returncodes == [0, 0], job.report()
+    for rank, result in job.results.items():
+        assert result["wrong"] == [], (rank, result["wrong"])
 
 
 def test_ddp_across_hosts_trains_exactly_as_gloo(hosts) -> None:
