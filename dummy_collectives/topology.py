@@ -139,16 +139,27 @@ def discover(
 
 
 def _check_settings(rank: int, records: Sequence[Mapping[str, object]]) -> None:
-    ours = records[rank]["settings"]
+    """Every rank sees every rank's record, so every rank raises the same error naming every
+    rank whose value differs from rank 0's (a rank that raised alone would leave the others
+    waiting for it in the next step until their timeout)."""
     reference = records[0]["settings"]
-    assert isinstance(ours, dict) and isinstance(reference, dict)
-    for name, value in ours.items():
-        if reference.get(name) != value:
-            raise ValueError(
-                f"dummy_collectives: ranks disagree on {name}: rank 0 uses "
-                f"{reference.get(name)!r}, rank {rank} uses {value!r} (every rank of a group that "
-                f"spans hosts must use the same value)"
-            )
+    assert isinstance(reference, dict)
+    differ: dict[str, list[str]] = {}
+    for r, record in enumerate(records):
+        settings = record["settings"]
+        assert isinstance(settings, dict)
+        for name in sorted(set(settings) | set(reference)):
+            if settings.get(name) != reference.get(name):
+                differ.setdefault(name, []).append(f"rank {r} uses {settings.get(name)!r}")
+    if differ:
+        lines = [
+            f"{name}: rank 0 uses {reference.get(name)!r}, " + ", ".join(ranks)
+            for name, ranks in differ.items()
+        ]
+        raise ValueError(
+            f"dummy_collectives (rank {rank}): ranks disagree on settings that every rank of a "
+            "group spanning hosts must share:\n  " + "\n  ".join(lines)
+        )
 
 
 def _group_by_host(rank: int, identities: Sequence[HostIdentity]) -> Topology:
