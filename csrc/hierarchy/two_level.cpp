@@ -199,10 +199,13 @@ int64_t lineElements(size_t elementSize) {
 // (2.7 against 1.8-2.2 ms at 1 MiB, 2.3 against 0.7-0.8 ms at 256 KiB).
 constexpr size_t kEngineAllreduceMinBytes = size_t{2} << 20;
 
-// Whether the engine's allreduce computes what dummy's kernels do for `spec` (across hosts: no
-// premultiplication, AVG's division done apart): gloo has no int16, complex or AVG, and its bool
-// is left to our kernels.
-std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec) {
+// Whether the engine's allreduce among `members` computes what dummy's kernels do for `spec`
+// (across hosts: no premultiplication, AVG's division done apart), to the bit: gloo has no
+// int16, complex or AVG, and its bool is left to our kernels. Integers come out the same in any
+// order. Floating point does not: gloo folds in ring order (not host order) and rounds half
+// types after every add, so it is used only between two members, where a sum or product is one
+// commutative operation; its MIN/MAX (std::min) picks a NaN or not by operand order.
+std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, int members) {
   switch (spec.dtype) {
     case at::kFloat:
     case at::kDouble:
@@ -217,6 +220,10 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec) {
       return std::nullopt;
   }
   const bool integral = c10::isIntegralType(spec.dtype, /*includeBool=*/false);
+  const bool minOrMax = spec.kind == ReduceKind::kMin || spec.kind == ReduceKind::kMax;
+  if (!integral && (members != 2 || minOrMax)) {
+    return std::nullopt;
+  }
   switch (spec.kind) {
     case ReduceKind::kSum:
       return c10d::ReduceOp(c10d::ReduceOp::SUM);
@@ -255,7 +262,10 @@ class CrossHostReduction {
  public:
   CrossHostReduction(
       const InterHostEngine& engine, const OpContext& ctx, const ReduceSpec& spec, int chunks)
-      : engine_(engine), ctx_(ctx), spec_(crossSpec(spec)), native_(engineReduction(spec_)),
+      : engine_(engine),
+        ctx_(ctx),
+        spec_(crossSpec(spec)),
+        native_(engineReduction(spec_, engine.size())),
         chunks_(chunks) {}
 
   Pending exchange(int c, const at::Tensor& data) {
