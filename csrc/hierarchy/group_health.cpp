@@ -55,7 +55,7 @@ void GroupHealth::watchLoop() {
       break;
     }
     lock.unlock();
-    if (auto reason = published()) {
+    if (auto reason = published(/*unreachableIsFailure=*/false)) {
       markFailed(*reason);
     }
     lock.lock();
@@ -114,7 +114,7 @@ void GroupHealth::fail(const std::string& context, const std::string& reason) {
   C10_THROW_ERROR(DistBackendError, c10::str(context, ": ", winner));
 }
 
-std::optional<std::string> GroupHealth::published() const {
+std::optional<std::string> GroupHealth::published(bool unreachableIsFailure) const {
   try {
     if (!store_->check({kFailureKey})) {
       return std::nullopt;
@@ -122,6 +122,9 @@ std::optional<std::string> GroupHealth::published() const {
     std::vector<uint8_t> stored = store_->get(kFailureKey);
     return std::string(stored.begin(), stored.end());
   } catch (const std::exception& e) {
+    if (!unreachableIsFailure) {
+      return std::nullopt;
+    }
     return c10::str("the group's store became unreachable (", e.what(), ")");
   }
 }

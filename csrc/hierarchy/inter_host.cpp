@@ -15,6 +15,10 @@ using Clock = std::chrono::steady_clock;
 // How often a cross-host wait looks whether the group failed meanwhile (GroupHealth: a flag,
 // and the host level's shared one, set by the host's store watcher).
 constexpr std::chrono::milliseconds kHealthPeriod{20};
+// A wait longer than kStorePollAfter also asks the store for a published failure, every
+// kStorePollPeriod: the host's leader, which watches it for the host, may be the rank that died.
+constexpr std::chrono::milliseconds kStorePollAfter{1000};
+constexpr std::chrono::milliseconds kStorePollPeriod{250};
 // After the engine fails (a peer's connection closed), or past the deadline, how long to wait
 // for the reason a rank that saw the cause publishes: the failed rank's host peers see a dead
 // process within their liveness period, and a rank whose host peer never came names it.
@@ -87,6 +91,7 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
     });
     const auto start = Clock::now();
     auto nextCheck = start + kHealthPeriod;
+    auto nextStorePoll = start;
     std::unique_lock<std::mutex> lock(completion->mu);
     while (!completion->done) {
       const auto now = Clock::now();
@@ -118,6 +123,14 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
         const std::string reason = health_.brokenReason();
         if (!reason.empty()) {
           health_.fail(ctx.describe(), reason);
+        }
+        // This host's leader watches the store for the others; if it died, nobody does. A
+        // wait that lasts asks the store itself (a round trip every kStorePollPeriod).
+        if (now - start >= kStorePollAfter && now >= nextStorePoll) {
+          if (auto published = health_.published(/*unreachableIsFailure=*/false)) {
+            health_.fail(ctx.describe(), *published);
+          }
+          nextStorePoll = now + kStorePollPeriod;
         }
         nextCheck = Clock::now() + kHealthPeriod;
         lock.lock();

@@ -28,8 +28,8 @@ namespace dummy_collectives::hierarchy {
 // watchdog checks the store for other ranks' errors: once a reason is published it aborts its
 // host's level, which every rank of the host sees at once (a shared flag), whether it is
 // waiting in shared memory, waiting across hosts, or issuing its next collective. A failure
-// thus reaches every rank of every host within a watch period (20 ms up to 32 hosts, then 1 ms
-// per host: about a thousand store checks a second for the whole job, at most 1 s). (A
+// thus reaches every rank of every host within a watch period (20 ms up to 20 hosts, then 1 ms
+// per host: about a thousand store checks a second per group, at most 1 s). (A
 // blocking store wait would answer sooner, but TCPStore logs a warning for every wait that
 // times out.) What the watch period leaves open -- a peer's last exchange, sent before it gave
 // up, that completes a later collective of ours -- the agreement closes (agreement.hpp).
@@ -63,8 +63,12 @@ class GroupHealth {
   [[noreturn]] void fail(const std::string& context, const std::string& reason);
   // Marks the group failed with `reason` without raising (ProcessGroup.abort, exit).
   std::string markFailed(const std::string& reason);
-  // A reason some rank published, or none (one store round trip; call it sparingly).
-  std::optional<std::string> published() const;
+  // A reason some rank published, or none (one store round trip; call it sparingly). A store
+  // that cannot be reached is a reason ("the group's store became unreachable") unless
+  // `unreachableIsFailure` is false: the watcher and long waits poll it while the job may be
+  // ending (the store's host leaves after its last collective), and a wait that stalls finds
+  // out at its deadline.
+  std::optional<std::string> published(bool unreachableIsFailure = true) const;
   // Like published(), but waits up to `patience` for a reason to appear.
   std::optional<std::string> awaitPublished(std::chrono::milliseconds patience) const;
 
