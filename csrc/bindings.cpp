@@ -11,6 +11,7 @@
 #include <dummy_collectives/flight_recorder.hpp>
 #include <dummy_collectives/hierarchy/hierarchical_backend.hpp>
 #include <dummy_collectives/work.hpp>
+#include "flight_recorder_ring.hpp"
 #include <dummy_collectives/reduce_kernel.hpp>
 #include <dummy_collectives/shm_segment.hpp>
 
@@ -306,6 +307,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("only_active"),
       "The flight recorder's dump of this process's dummy groups, pickled in the format of "
       "torch's flight recorder (see dummy_collectives.flight_recorder).");
+  m.def(
+      "_fr_hot_path_ns",
+      &dummy_collectives::flight_recorder::hotPathNanos,
+      "What recording costs one small collective, in ns (the benchmark's --recorder-cost; fills "
+      "the ring with entries of a group of its own: for a process that measures only).",
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "_fr_buffer_size",
       &dummy_collectives::flight_recorder::capacity,

@@ -4,11 +4,13 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
+#include <ATen/ops/ones.h>
 #include <c10/util/ApproximateClock.h>
 #include <c10/util/Exception.h>
 #include <c10/util/thread_name.h>
@@ -319,6 +321,30 @@ void completed(uint64_t id) {
   if (id != 0) {
     Ring::get().mark(id, true);
   }
+}
+
+double hotPathNanos(size_t iterations) {
+  auto group = registerGroup("flight_recorder_cost", {}, 0, 1);
+  if (!group || iterations == 0) {
+    return 0;
+  }
+  const std::vector<at::Tensor> tensors{at::ones({1})};
+  const OpInfo info{"all_reduce", 0, 0, false, -1, -1, std::chrono::milliseconds(1000)};
+  double best = 0;
+  for (int batch = 0; batch < 5; ++batch) {
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < iterations; ++i) {
+      const uint64_t id = record(group.get(), info, tensors, tensors);
+      started(id);
+      completed(id);
+    }
+    const double ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+            .count() /
+        static_cast<double>(iterations);
+    best = batch == 0 ? ns : std::min(best, ns);
+  }
+  return best;
 }
 
 } // namespace flight_recorder
