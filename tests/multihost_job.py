@@ -194,7 +194,7 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
 def main() -> None:
     scenario, out_dir, *args = sys.argv[1:]
     # A failed group's flight recorder dumps land beside the results (test_multihost reads them).
-    os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(Path(out_dir, "fr_rank_")))
+    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = str(Path(out_dir, "fr_rank_"))
     timeout = float(os.environ.get("DC_JOB_TIMEOUT_S", "120"))
     backend = harness.backend_under_test()  # dummy, or gloo (DC_TEST_BACKEND)
     module = harness.backend_module_for(backend)
