@@ -32,8 +32,12 @@ class ShmExitHandle final : public ExitHandle {
   ShmExitHandle(
       std::weak_ptr<Engine> engine,
       std::weak_ptr<P2pEngine> p2p,
-      std::weak_ptr<ShmTransport> transport)
-      : engine_(std::move(engine)), p2p_(std::move(p2p)), transport_(std::move(transport)) {}
+      std::weak_ptr<ShmTransport> transport,
+      flight_recorder::Group* recorded)
+      : engine_(std::move(engine)),
+        p2p_(std::move(p2p)),
+        transport_(std::move(transport)),
+        recorded_(recorded) {}
 
   bool drain() override {
     // Declared so that they are released engine first, transport last (as ~DummyBackend does).
@@ -45,6 +49,12 @@ class ShmExitHandle final : public ExitHandle {
     }
     engine->drain();
     p2p->finishForExit();
+    // A rank whose group failed while it was elsewhere (it skipped the collective its peers
+    // timed out in) learns it here at the latest: its dump is part of the job's.
+    const std::string broken = transport->brokenReason();
+    if (!broken.empty()) {
+      flight_recorder::dumpOnFailure(recorded_, broken);
+    }
     return true;
   }
   void abort(const std::string& reason) override {
@@ -57,6 +67,7 @@ class ShmExitHandle final : public ExitHandle {
   std::weak_ptr<Engine> engine_;
   std::weak_ptr<P2pEngine> p2p_;
   std::weak_ptr<ShmTransport> transport_;
+  flight_recorder::Group* recorded_; // null: not recorded (kept by the recorder for good)
 };
 
 // TRACE: the line of a point-to-point operation, written when it completes (after its
@@ -84,7 +95,8 @@ DummyBackend::DummyBackend(
     int rank,
     int size,
     c10::intrusive_ptr<BackendOptions> options,
-    HostLevelOf hostLevel)
+    HostLevelOf hostLevel,
+    std::vector<int64_t> globalRanks)
     : c10d::Backend(rank, size),
       options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
       hostLevel_(!hostLevel.groupRanks.empty()),
@@ -112,8 +124,11 @@ DummyBackend::DummyBackend(
     device_ = makeDeviceCollectives(store, rank, size, *options_);
   }
   engine_ = std::make_shared<Engine>(Engine::Timing{});
+  if (transport_ && !hostLevel_) { // a host level's operations are steps of its group's
+    fr_ = flight_recorder::registerGroup(options_->group_name, std::move(globalRanks), rank, size);
+  }
   if (transport_) {
-    exitHandle_ = std::make_shared<ShmExitHandle>(engine_, p2p_, transport_);
+    exitHandle_ = std::make_shared<ShmExitHandle>(engine_, p2p_, transport_, fr_.get());
     registerForExit(exitHandle_, options_->timeout, rank);
   }
   traceSite_ = {transport_ ? transport_->label(rank) : rank, &options_->group_name, !hostLevel_};
@@ -134,6 +149,10 @@ DummyBackend::~DummyBackend() {
   }
   engine_.reset(); // runs what is still queued, while the transport is alive
   p2p_.reset();
+  if (fr_ && transport_ && !transport_->brokenReason().empty()) {
+    // As at exit: a rank that was not in the failed collective dumps when it lets go.
+    flight_recorder::dumpOnFailure(fr_.get(), transport_->brokenReason());
+  }
 }
 
 void DummyBackend::logCreation() const {
@@ -251,7 +270,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
     if (getSize() == 1 && !spec.premul) {
       // Nothing moves and nothing changes (AVG divides by one): no device work to order, as
       // NCCL does for one rank.
-      stamp(op, tensors, tensors, opts.timeout);
+      flight_recorder::completed(stamp(op, tensors, tensors, opts.timeout).record);
       return DummyWork::completed(getRank(), c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors);
     }
     return submitDevice(
@@ -637,6 +656,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::send(
   checks::send(checker("send"), tensors, dstRank);
   requireReal("send");
   ++p2pSeq_;
+  const uint64_t record = recordPointToPoint("send", dstRank, tensors);
   const bool observed = at::hasCallbacks(); // takes a lock: ask once
   if (observed && !hostLevel_) { // a host level: the group records it
     recordParamComms(
@@ -649,7 +669,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::send(
       getRank(), c10d::OpType::SEND, observed ? "dummy:send" : nullptr, tensors,
       std::vector<at::Tensor>(), 0, nullptr, p2p_);
   const uint64_t bytes = host.numel() * host.element_size();
-  P2pEngine::Finish finish = [staged] { staged->release(/*copyOut=*/false); };
+  P2pEngine::Finish finish = [staged, record] {
+    staged->release(/*copyOut=*/false);
+    flight_recorder::completed(record);
+  };
   if (DC_LOG_ENABLED(kTrace)) {
     finish = tracedP2p(
         std::move(finish), traceSite_,
@@ -681,6 +704,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
     const char* what) {
   requireReal(what);
   ++p2pSeq_;
+  const uint64_t record = recordPointToPoint("recv", srcRank, tensors);
   const bool observed = at::hasCallbacks(); // takes a lock: ask once
   if (observed && !hostLevel_) { // a host level: the group records it
     recordParamComms(
@@ -698,7 +722,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
       nullptr,
       p2p_);
   const uint64_t bytes = host.numel() * host.element_size();
-  P2pEngine::Finish finish = [staged] { staged->release(/*copyOut=*/true); };
+  P2pEngine::Finish finish = [staged, record] {
+    staged->release(/*copyOut=*/true);
+    flight_recorder::completed(record);
+  };
   if (DC_LOG_ENABLED(kTrace)) {
     finish = tracedP2p(
         std::move(finish),

@@ -23,7 +23,40 @@ DummyBackend::Stamp DummyBackend::stamp(
     recordParamComms(
         *this, op.seq, false, collectiveName(op.kind), getRank(), dtype, inputs, outputs, splits);
   }
-  return {timeout == c10d::kUnsetTimeout ? options_->timeout : timeout, observed};
+  const auto limit = timeout == c10d::kUnsetTimeout ? options_->timeout : timeout;
+  uint64_t record = 0;
+  if (fr_) {
+    if (!frDescTaken_) {
+      flight_recorder::describe(fr_.get(), getGroupDesc());
+      frDescTaken_ = true;
+    }
+    const flight_recorder::OpInfo info{
+        flight_recorder::opName(op.kind), op.seq, p2pSeq_, false, -1, -1, limit};
+    const size_t size = static_cast<size_t>(getSize());
+    if (op.kind == CollectiveKind::kAllgather && outputs.size() == inputs.size() * size &&
+        inputs.size() == 1) {
+      record = flight_recorder::recordFlattened(fr_.get(), info, inputs, outputs, false, size);
+    } else if (op.kind == CollectiveKind::kReduceScatter &&
+               inputs.size() == outputs.size() * size && outputs.size() == 1) {
+      record = flight_recorder::recordFlattened(fr_.get(), info, inputs, outputs, true, size);
+    } else {
+      record = flight_recorder::record(fr_.get(), info, inputs, outputs);
+    }
+  }
+  return {limit, observed, record};
+}
+
+uint64_t DummyBackend::recordPointToPoint(
+    const char* op, int peer, const std::vector<at::Tensor>& tensors) {
+  if (!fr_) {
+    return 0;
+  }
+  const flight_recorder::OpInfo info{
+      op, seq_, p2pSeq_, true, getRank(), peer, options_->timeout};
+  // The tensor is listed as input and output, as NCCL's entries list it.
+  const uint64_t record = flight_recorder::record(fr_.get(), info, tensors, tensors);
+  flight_recorder::started(record); // posted: the point-to-point engine progresses it from now
+  return record;
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(

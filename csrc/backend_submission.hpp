@@ -27,6 +27,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     const SplitSizes& splits) {
   const Stamp stamped = stamp(op, inputs, outputs, issue.timeout, splits);
   const auto limit = stamped.limit;
+  const uint64_t record = stamped.record;
   // TRACE: a line per finished collective; a host level's are steps of its group's (unlogged).
   const auto issuedAt = debug_log::issueTime();
   if (issue.blocking && !stamped.observed) {
@@ -40,25 +41,38 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
       try {
         debug_log::traced(op, traceSite_, issuedAt, [&] {
           transport.beginOp(op, limit);
+          flight_recorder::started(record);
           algorithm(transport);
+          flight_recorder::completed(record);
         });
       } catch (...) {
         error = std::current_exception();
       }
     });
     if (ran) {
+      if (error) {
+        flight_recorder::dumpIfGroupFailure(fr_.get(), error); // before anyone sees the error
+      }
       return DummyWork::ran(getRank(), opType, std::move(outputs), op.seq, error);
     }
   }
   // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
   // The algorithm may own move-only state (HostStaging); a Work's body must be copyable.
   auto shared = std::make_shared<Algorithm>(std::move(algorithm));
-  auto body = [transport = transport_.get(), op, limit, shared, issuedAt,
-               site = traceSite_](DummyWork&) {
-    debug_log::traced(op, site, issuedAt, [&] {
-      transport->beginOp(op, limit);
-      (*shared)(*transport);
-    });
+  // The flight recorder's group outlives every backend (the recorder keeps it).
+  auto body = [transport = transport_.get(), op, limit, shared, issuedAt, site = traceSite_,
+               record, group = fr_.get()](DummyWork&) {
+    try {
+      debug_log::traced(op, site, issuedAt, [&] {
+        transport->beginOp(op, limit);
+        flight_recorder::started(record);
+        (*shared)(*transport);
+        flight_recorder::completed(record);
+      });
+    } catch (const c10::DistBackendError& e) {
+      flight_recorder::dumpOnFailure(group, e.what());
+      throw;
+    }
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(body));
 }
@@ -73,20 +87,30 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
     Issue issue,
     Body body) {
   op.path = DataPath::kCudaIpc;
-  const auto limit = stamp(op, inputs, outputs, issue.timeout).limit;
+  const Stamp stamped = stamp(op, inputs, outputs, issue.timeout);
+  const auto limit = stamped.limit;
+  const uint64_t record = stamped.record;
   const auto issuedAt = debug_log::issueTime();
   std::vector<at::Tensor> touched(inputs);
   touched.insert(touched.end(), outputs.begin(), outputs.end());
   auto ticket = device_->submit(touched);
   // Raw pointers: the engine (which runs bodies) is destroyed before the transport and device.
   auto run = [transport = transport_.get(), device = device_.get(), op, limit, ticket,
-              body = std::move(body), issuedAt,
-              site = traceSite_](DummyWork& work) mutable {
+              body = std::move(body), issuedAt, site = traceSite_, record,
+              group = fr_.get()](DummyWork& work) mutable {
     // Traced until the host's part is done; the device's part completes later, on its stream.
-    debug_log::traced(op, site, issuedAt, [&] {
-      transport->beginOp(op, limit);
-      device->run(*ticket, work, [&] { body(*device, *transport); });
-    });
+    // The flight recorder too marks it completed when the host's part is done.
+    try {
+      debug_log::traced(op, site, issuedAt, [&] {
+        transport->beginOp(op, limit);
+        flight_recorder::started(record);
+        device->run(*ticket, work, [&] { body(*device, *transport); });
+        flight_recorder::completed(record);
+      });
+    } catch (const c10::DistBackendError& e) {
+      flight_recorder::dumpOnFailure(group, e.what());
+      throw;
+    }
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(run));
 }

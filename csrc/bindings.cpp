@@ -8,8 +8,10 @@
 #include <dummy_collectives/cross_memory.hpp>
 #include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/exit_registry.hpp>
+#include <dummy_collectives/flight_recorder.hpp>
 #include <dummy_collectives/hierarchy/hierarchical_backend.hpp>
 #include <dummy_collectives/work.hpp>
+#include "flight_recorder_ring.hpp"
 #include <dummy_collectives/reduce_kernel.hpp>
 #include <dummy_collectives/shm_segment.hpp>
 
@@ -161,14 +163,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       const c10::intrusive_ptr<BackendOptions>& options,
                       std::vector<int> groupRanks,
                       int ranksOnMachine,
-                      const std::string& groupName) {
+                      const std::string& groupName,
+                      std::vector<int64_t> globalRanks) {
             auto own = groupOptions(*options, timeout, groupName);
             return c10::make_intrusive<DummyBackend>(
                 store,
                 rank,
                 size,
                 own,
-                dummy_collectives::HostLevelOf{std::move(groupRanks), ranksOnMachine});
+                dummy_collectives::HostLevelOf{std::move(groupRanks), ranksOnMachine},
+                std::move(globalRanks));
           }),
           py::arg("store"),
           py::arg("rank"),
@@ -179,8 +183,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           // how many of the group's ranks run on this machine.
           py::arg("group_ranks") = std::vector<int>(),
           py::arg("ranks_on_machine") = 0,
-          // c10d's name of the group (the debug log's INFO lines show it).
+          // c10d's name of the group (the debug log's INFO lines and the flight recorder show it).
           py::arg("group_name") = std::string(),
+          // The group's ranks in the world, by group rank (the flight recorder's pg_config);
+          // empty: the world.
+          py::arg("global_ranks") = std::vector<int64_t>(),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })
@@ -220,7 +227,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       c10::intrusive_ptr<DummyBackend> hostBackend,
                       std::optional<c10::intrusive_ptr<c10d::Backend>> rail,
                       c10::intrusive_ptr<c10d::Backend> everyone,
-                      const std::string& groupName) {
+                      const std::string& groupName,
+                      std::vector<int64_t> globalRanks) {
             auto own = groupOptions(*options, timeout, groupName);
             return c10::make_intrusive<HierarchicalBackend>(
                 store,
@@ -230,7 +238,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 Topology(rank, std::move(hosts), std::move(hostNames), std::move(hostAddresses)),
                 std::move(hostBackend),
                 rail ? *rail : c10::intrusive_ptr<c10d::Backend>(),
-                std::move(everyone));
+                std::move(everyone),
+                std::move(globalRanks));
           }),
           py::arg("store"),
           py::arg("rank"),
@@ -244,6 +253,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("rail"),
           py::arg("everyone"),
           py::arg("group_name") = std::string(),
+          py::arg("global_ranks") = std::vector<int64_t>(),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "hosts",
@@ -281,6 +291,32 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "of this process still has outstanding, so no engine thread touches Python objects while "
       "the interpreter finalises.",
       py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_dump_fr_trace",
+      [](bool includeCollectives, bool includeStackTraces, bool onlyActive) {
+        std::string dump;
+        {
+          py::gil_scoped_release release;
+          dump = dummy_collectives::flight_recorder::dumpPickle(
+              includeCollectives, includeStackTraces, onlyActive);
+        }
+        return py::bytes(dump);
+      },
+      py::arg("include_collectives"),
+      py::arg("include_stack_traces"),
+      py::arg("only_active"),
+      "The flight recorder's dump of this process's dummy groups, pickled in the format of "
+      "torch's flight recorder (see dummy_collectives.flight_recorder).");
+  m.def(
+      "_fr_hot_path_ns",
+      &dummy_collectives::flight_recorder::hotPathNanos,
+      "What recording costs one small collective, in ns (the benchmark's --recorder-cost; fills "
+      "the ring with entries of a group of its own: for a process that measures only).",
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_fr_buffer_size",
+      &dummy_collectives::flight_recorder::capacity,
+      "Entries the flight recorder keeps (TORCH_FR_BUFFER_SIZE, read once; 0: off).");
   m.def(
       "debug_level",
       &dummy_collectives::debug_log::levelName,

@@ -20,12 +20,15 @@ from dummy_collectives._C import (
     reduce_capability,
 )
 from dummy_collectives._registration import BACKEND_NAME, register
+from dummy_collectives.flight_recorder import dump_fr_trace, dump_fr_trace_json
 
 __all__ = [
     "BACKEND_NAME",
     "DummyBackend",
     "Options",
     "cross_memory_copy_speed",
+    "dump_fr_trace",
+    "dump_fr_trace_json",
     "reduce_capability",
     "register",
 ]

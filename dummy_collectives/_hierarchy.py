@@ -67,6 +67,7 @@ def create(
     timeout: datetime.timedelta,
     options: Options,
     group_name: str = "",
+    global_ranks: list[int] | None = None,
 ) -> HierarchicalBackend:
     """The backend of ``topology.rank`` in a group that spans hosts."""
     engine_name(options)
@@ -102,4 +103,5 @@ def create(
         rail=rail,
         everyone=everyone,
         group_name=group_name,
+        global_ranks=list(global_ranks or []),
     )

@@ -42,11 +42,26 @@ def _create_backend(
             f"got {type(pg_options).__name__}"
         )
     store, rank, size = dist_opts.store, dist_opts.group_rank, dist_opts.group_size
-    name = str(getattr(dist_opts, "group_id", None) or "")  # for the debug log only
+    # The debug log and the flight recorder name the group as c10d does ("0": the default one).
+    name = str(getattr(dist_opts, "group_id", None) or "")
+    # Its ranks in the world, for the flight recorder's pg_config (empty for the default group).
+    global_ranks = [int(r) for r in (getattr(dist_opts, "global_ranks_in_group", None) or [])]
+    if len(global_ranks) != size:
+        global_ranks = []
     found = topology.discover(store, rank, size, _group_settings(pg_options))
     if len(found.hosts) == 1 or pg_options.mode == "zero":
-        return DummyBackend(store, rank, size, dist_opts.timeout, pg_options, group_name=name)
-    return _hierarchy.create(store, found, dist_opts.timeout, pg_options, group_name=name)
+        return DummyBackend(
+            store,
+            rank,
+            size,
+            dist_opts.timeout,
+            pg_options,
+            group_name=name,
+            global_ranks=global_ranks,
+        )
+    return _hierarchy.create(
+        store, found, dist_opts.timeout, pg_options, group_name=name, global_ranks=global_ranks
+    )
 
 
 def register() -> None:

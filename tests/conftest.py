@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 from harness import PoolCache, RankPool, backend_module_importable, backend_under_test
 from support import PoolFactory
 
+_FR_DUMPS = "TORCH_FR_DUMP_TEMP_FILE"
+_fr_dump_dir: str | None = None
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes several seconds (still run by default)")
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU")
+    # Tests that fail groups on purpose make every rank write its flight recorder dump: into a
+    # directory of the session's (inherited by every rank), not torch's default in ~/.cache.
+    global _fr_dump_dir
+    if _FR_DUMPS not in os.environ:
+        _fr_dump_dir = tempfile.mkdtemp(prefix="dc-test-fr-dumps-")
+        os.environ[_FR_DUMPS] = os.path.join(_fr_dump_dir, "rank_")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _fr_dump_dir is not None:
+        shutil.rmtree(_fr_dump_dir, ignore_errors=True)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

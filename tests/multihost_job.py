@@ -165,7 +165,23 @@ def skip(out_dir: str, victim: str) -> Result:
         error = _attempt(lambda: dist.all_reduce(torch.ones(1000)))
     else:
         time.sleep(4)  # outlives the others' timeout, then leaves
-    return {"error": error, "seconds": time.monotonic() - start}
+    return {"error": error, "seconds": time.monotonic() - start, "fr": _flight_recorder()}
+
+
+def _flight_recorder() -> Result:
+    """What this rank's flight recorder holds of the default group (dummy only)."""
+    if harness.backend_under_test() != "dummy":
+        return {}
+    import pickle
+
+    import dummy_collectives
+
+    dump = pickle.loads(dummy_collectives.dump_fr_trace())
+    entries = [e for e in dump["entries"] if e["process_group"][0] == "0"]
+    return {
+        "ranks": dump["pg_config"].get("0", {}).get("ranks"),
+        "entries": [[e["profiling_name"], e["collective_seq_id"], e["state"]] for e in entries],
+    }
 
 
 def _values(rank: int, n: int, device: torch.device) -> torch.Tensor:
@@ -228,6 +244,8 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
 
 def main() -> None:
     scenario, out_dir, *args = sys.argv[1:]
+    # A failed group's flight recorder dumps land beside the results (test_multihost reads them).
+    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = str(Path(out_dir, "fr_rank_"))
     timeout = float(os.environ.get("DC_JOB_TIMEOUT_S", "120"))
     backend = harness.backend_under_test()  # dummy, or gloo (DC_TEST_BACKEND)
     module = harness.backend_module_for(backend)

@@ -362,3 +362,16 @@ def cuda_device() -> torch.device:
     """GPU 0, made this process's current device (the CUDA tests put every rank on it)."""
     torch.cuda.set_device(0)
     return torch.device("cuda", 0)
+
+
+def torchfrtrace(trace_dir: Path, prefix: str) -> str:
+    """What ``torchfrtrace trace_dir -p prefix`` prints (torch's flight recorder analyser, run
+    as its module: the console script may not be on the PATH); asserts that it succeeded."""
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(trace_dir),
+         "-p", prefix],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    return output

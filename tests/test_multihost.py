@@ -42,6 +42,8 @@ class Job:
     returncodes: list[int]
     output: str
     leftover_shm: dict[int, list[str]] = field(default_factory=dict)
+    # torchfrtrace's report on the flight recorder dumps the ranks wrote (none: "").
+    fr_trace: str = ""
 
     def report(self) -> str:
         return f"returncodes {self.returncodes}\n{self.output[-6000:]}"
@@ -77,11 +79,14 @@ def run_job(
             int(path.stem.removeprefix("rank")): json.loads(path.read_text())
             for path in Path(out).glob("rank*.json")
         }
+        fr_trace = ""
+        if list(Path(out).glob("fr_rank_*")):
+            fr_trace = support.torchfrtrace(Path(out), "fr_rank_")
     output = "".join(f"---- process {i} (exit {code}) ----\n{text}" for i, (code, text)
                      in enumerate(waited))  # fmt: skip
     leftover = {h.index: hosts.shm_entries(h.index) for h in hosts.hosts}
     return Job(results, [code for code, _ in waited], output,
-               {h: names for h, names in leftover.items() if names})  # fmt: skip
+               {h: names for h, names in leftover.items() if names}, fr_trace)  # fmt: skip
 
 
 def _without_cpp_frames(traceback: str) -> str:
@@ -197,4 +202,13 @@ def test_a_skipped_collective_times_out_on_every_host_naming_who_did_not_come(ho
         assert result["error"] is not None and "timed out" in result["error"], (rank, result)
         assert "waiting for ranks 3 to arrive" in result["error"], (rank, result)
         assert result["seconds"] < 2 + DETECT_WITHIN_S, (rank, result)
+    # The flight recorder sees the whole group (not its per-host or rail levels), with the
+    # same sequence numbers on every host, and torchfrtrace names the rank that did not come.
+    frs = {rank: result["fr"] for rank, result in job.results.items()}
+    assert {fr["ranks"] for fr in frs.values()} == {"[0, 1, 2, 3]"}, frs
+    seq = len(frs[3]["entries"]) + 1  # the victim recorded everything before the skipped one
+    for rank in survivors:
+        assert frs[rank]["entries"][-1] == ["nccl:all_reduce", seq, "started"], frs
+    assert "missing ranks: {3}" in job.fr_trace, job.fr_trace
+    assert "collective: nccl:all_reduce" in job.fr_trace, job.fr_trace
     assert not job.leftover_shm, job.leftover_shm

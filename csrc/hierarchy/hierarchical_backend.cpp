@@ -19,6 +19,7 @@
 #include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/engine.hpp>
 #include <dummy_collectives/exit_registry.hpp>
+#include <dummy_collectives/flight_recorder.hpp>
 #include <dummy_collectives/hierarchy/agreement.hpp>
 #include <dummy_collectives/hierarchy/two_level.hpp>
 #include <dummy_collectives/monitored_barrier.hpp>
@@ -32,14 +33,20 @@ namespace {
 
 class HierarchyExitHandle final : public ExitHandle {
  public:
-  HierarchyExitHandle(std::weak_ptr<Engine> engine, GroupHealth* health)
-      : engine_(std::move(engine)), health_(health) {}
+  HierarchyExitHandle(
+      std::weak_ptr<Engine> engine, GroupHealth* health, flight_recorder::Group* recorded)
+      : engine_(std::move(engine)), health_(health), recorded_(recorded) {}
   bool drain() override {
     auto engine = engine_.lock();
     if (!engine) {
       return false;
     }
     engine->drain();
+    // A rank that was elsewhere when the group failed: its dump is part of the job's.
+    const std::string broken = health_->brokenReason();
+    if (!broken.empty()) {
+      flight_recorder::dumpOnFailure(recorded_, broken);
+    }
     return true;
   }
   void abort(const std::string& reason) override {
@@ -51,6 +58,7 @@ class HierarchyExitHandle final : public ExitHandle {
  private:
   std::weak_ptr<Engine> engine_;
   GroupHealth* health_; // lives as long as the engine (the backend destroys the engine first)
+  flight_recorder::Group* recorded_; // null: not recorded (kept by the recorder for good)
 };
 
 // A receive from another host into a tensor the engine cannot write directly (a CUDA or
@@ -80,6 +88,46 @@ class StagedRecvWork final : public c10d::Work {
   at::Tensor host_;
 };
 
+// A point-to-point operation the flight recorder follows: completed when a wait on it returns
+// or it is found complete; a group failure seen in wait() writes the dump.
+class RecordedWork final : public c10d::Work {
+ public:
+  RecordedWork(
+      c10::intrusive_ptr<c10d::Work> inner, uint64_t record, flight_recorder::Group* group)
+      : c10d::Work(-1, inner->retrieveOpType()),
+        inner_(std::move(inner)),
+        record_(record),
+        group_(group) {}
+  bool isCompleted() override {
+    const bool done = inner_->isCompleted();
+    if (done && inner_->exception() == nullptr) {
+      flight_recorder::completed(record_);
+    }
+    return done;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    try {
+      inner_->wait(timeout);
+    } catch (const c10::DistBackendError& e) {
+      flight_recorder::dumpOnFailure(group_, e.what());
+      throw;
+    }
+    flight_recorder::completed(record_);
+    return true;
+  }
+  int sourceRank() const override {
+    return inner_->sourceRank();
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    return inner_->getFuture();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  uint64_t record_;
+  flight_recorder::Group* group_;
+};
+
 // gloo takes tags from 0 up; dummy's own messages (the monitored barrier's) use negative ones,
 // which go to the top of gloo's range instead, far from any tag user code counts up to.
 int engineTag(int tag) {
@@ -106,7 +154,8 @@ HierarchicalBackend::HierarchicalBackend(
     Topology topology,
     c10::intrusive_ptr<DummyBackend> host,
     c10::intrusive_ptr<c10d::Backend> rail,
-    c10::intrusive_ptr<c10d::Backend> everyone)
+    c10::intrusive_ptr<c10d::Backend> everyone,
+    std::vector<int64_t> globalRanks)
     : c10d::Backend(rank, size),
       options_(std::move(options)),
       topology_(std::move(topology)),
@@ -153,7 +202,11 @@ HierarchicalBackend::HierarchicalBackend(
   levels_ = std::unique_ptr<Levels>(
       new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
   engine_ = std::make_shared<Engine>(Engine::Timing{});
-  exitHandle_ = std::make_shared<HierarchyExitHandle>(engine_, health_.get());
+  // The flight recorder sees the group as its user does: the whole group's ranks and sequence
+  // numbers. Its levels record nothing of their own there (the host level is told so; the
+  // gloo levels record into torch's own recorder, whose dumps are separate).
+  fr_ = flight_recorder::registerGroup(options_->group_name, std::move(globalRanks), rank, size);
+  exitHandle_ = std::make_shared<HierarchyExitHandle>(engine_, health_.get(), fr_.get());
   registerForExit(exitHandle_, options_->timeout, rank);
   if (DC_LOG_ENABLED(kInfo)) {
     logCreation();
@@ -203,6 +256,7 @@ HierarchicalBackend::~HierarchicalBackend() {
   }
   engine_.reset(); // runs what is still queued, while the levels are alive
   if (!health_->brokenReason().empty()) {
+    flight_recorder::dumpOnFailure(fr_.get(), health_->brokenReason());
     // A failed group may have given up a cross-host wait the engine cannot interrupt: its
     // destructor would join a thread still blocked in it. The process's exit closes it.
     new std::unique_ptr<InterHostEngine>(std::move(rail_));
@@ -235,12 +289,46 @@ bool HierarchicalBackend::sameHost(int peer) const {
   return topology_.hostOf(peer) == topology_.host();
 }
 
-void HierarchicalBackend::recordPointToPoint(
+uint64_t HierarchicalBackend::recordPointToPoint(
     const char* name, int peer, const std::vector<at::Tensor>& tensors) {
   ++p2pSeq_;
   if (at::hasCallbacks()) { // takes a lock: ask once
     recordParamComms(*this, p2pSeq_, true, name, peer, tensors[0].scalar_type(), tensors, tensors);
   }
+  if (!fr_) {
+    return 0;
+  }
+  const flight_recorder::OpInfo info{
+      name, seq_, p2pSeq_, true, getRank(), peer, options_->timeout};
+  const uint64_t record = flight_recorder::record(fr_.get(), info, tensors, tensors);
+  flight_recorder::started(record); // posted to the level that carries it
+  return record;
+}
+
+uint64_t HierarchicalBackend::recordCollective(
+    const OpDescriptor& op,
+    const std::vector<at::Tensor>& inputs,
+    const std::vector<at::Tensor>& outputs,
+    std::chrono::milliseconds timeout) {
+  if (!fr_) {
+    return 0;
+  }
+  if (!frDescTaken_) {
+    flight_recorder::describe(fr_.get(), getGroupDesc());
+    frDescTaken_ = true;
+  }
+  const flight_recorder::OpInfo info{
+      flight_recorder::opName(op.kind), op.seq, p2pSeq_, false, -1, -1, timeout};
+  const size_t size = static_cast<size_t>(getSize());
+  if (op.kind == CollectiveKind::kAllgather && inputs.size() == 1 &&
+      outputs.size() == size) {
+    return flight_recorder::recordFlattened(fr_.get(), info, inputs, outputs, false, size);
+  }
+  if (op.kind == CollectiveKind::kReduceScatter && outputs.size() == 1 &&
+      inputs.size() == size) {
+    return flight_recorder::recordFlattened(fr_.get(), info, inputs, outputs, true, size);
+  }
+  return flight_recorder::record(fr_.get(), info, inputs, outputs);
 }
 
 template <typename Algorithm>
@@ -265,27 +353,36 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
   ctx.op = op;
   ctx.rank = getRank();
   ctx.timeout = issue.timeout == c10d::kUnsetTimeout ? options_->timeout : issue.timeout;
+  const uint64_t record = recordCollective(op, inputs, outputs, ctx.timeout);
   const auto issuedAt = debug_log::issueTime();
-  // Raw pointers: the engine (which runs bodies) is destroyed before the levels.
+  // Raw pointers: the engine (which runs bodies) is destroyed before the levels; the flight
+  // recorder keeps its group for good.
   auto run = [levels = levels_.get(), health = health_.get(), ctx, issuedAt,
-              site = debug_log::Site{getRank(), &options_->group_name},
-              algorithm = std::move(algorithm)]() mutable {
-    debug_log::traced(ctx.op, site, issuedAt, [&] {
-      ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
-      health->raiseIfBroken(ctx.describe());
-      try {
-        algorithm(*levels, ctx);
-      } catch (const c10::DistBackendError&) {
-        throw; // the group's failure, or a mismatch every rank raises alike
-      } catch (const c10::ValueError&) {
-        throw; // bad arguments every rank found after the agreement (all-to-all split sizes)
-      } catch (const std::exception& e) {
-        // Anything else (out of memory, a bug) happened on this rank alone, part way through
-        // the collective's steps: its peers would wait for steps it never takes. Fail the
-        // group, so every rank on every host raises this, naming this rank.
-        health->fail(ctx.describe(), c10::str("failed on ", health->self(), ": ", e.what()));
-      }
-    });
+              site = debug_log::Site{getRank(), &options_->group_name}, record,
+              group = fr_.get(), algorithm = std::move(algorithm)]() mutable {
+    try {
+      debug_log::traced(ctx.op, site, issuedAt, [&] {
+        ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
+        health->raiseIfBroken(ctx.describe());
+        flight_recorder::started(record);
+        try {
+          algorithm(*levels, ctx);
+        } catch (const c10::DistBackendError&) {
+          throw; // the group's failure, or a mismatch every rank raises alike
+        } catch (const c10::ValueError&) {
+          throw; // bad arguments every rank found after the agreement (all-to-all split sizes)
+        } catch (const std::exception& e) {
+          // Anything else (out of memory, a bug) happened on this rank alone, part way through
+          // the collective's steps: its peers would wait for steps it never takes. Fail the
+          // group, so every rank on every host raises this, naming this rank.
+          health->fail(ctx.describe(), c10::str("failed on ", health->self(), ": ", e.what()));
+        }
+        flight_recorder::completed(record);
+      });
+    } catch (const c10::DistBackendError& e) {
+      flight_recorder::dumpOnFailure(group, e.what()); // before anyone sees the error
+      throw;
+    }
   };
   if (issue.blocking && !observed) {
     std::exception_ptr error;
@@ -664,14 +761,22 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::send(
     int dstRank,
     int tag) {
   checks::send(checker("send"), tensors, dstRank);
-  recordPointToPoint("send", dstRank, tensors);
+  const uint64_t record = recordPointToPoint("send", dstRank, tensors);
   if (sameHost(dstRank)) {
-    return hostBackend_->send(tensors, topology_.localRankOf(dstRank), tag);
+    return recorded(hostBackend_->send(tensors, topology_.localRankOf(dstRank), tag), record);
   }
   health_->raiseIfBroken(c10::str("dummy send to rank ", dstRank, " on rank ", getRank()));
   // The engine sends from contiguous host memory; the Work keeps the copy alive.
   std::vector<at::Tensor> host{tensors[0].to(at::kCPU).contiguous()};
-  return (*everyone_)->send(host, dstRank, engineTag(tag));
+  return recorded((*everyone_)->send(host, dstRank, engineTag(tag)), record);
+}
+
+c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recorded(
+    c10::intrusive_ptr<c10d::Work> work, uint64_t record) {
+  if (record == 0) {
+    return work;
+  }
+  return c10::make_intrusive<RecordedWork>(std::move(work), record, fr_.get());
 }
 
 c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recv(
@@ -679,18 +784,20 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recv(
     int srcRank,
     int tag) {
   checks::recv(checker("recv"), tensors, srcRank);
-  recordPointToPoint("recv", srcRank, tensors);
+  const uint64_t record = recordPointToPoint("recv", srcRank, tensors);
   if (sameHost(srcRank)) {
-    return hostBackend_->recv(tensors, topology_.localRankOf(srcRank), tag);
+    return recorded(hostBackend_->recv(tensors, topology_.localRankOf(srcRank), tag), record);
   }
   health_->raiseIfBroken(c10::str("dummy recv from rank ", srcRank, " on rank ", getRank()));
   const at::Tensor& user = tensors[0];
   if (user.is_cpu() && user.is_contiguous()) {
-    return (*everyone_)->recv(tensors, srcRank, engineTag(tag));
+    return recorded((*everyone_)->recv(tensors, srcRank, engineTag(tag)), record);
   }
   std::vector<at::Tensor> host{at::empty(user.sizes(), user.options().device(at::kCPU))};
-  return c10::make_intrusive<StagedRecvWork>(
-      (*everyone_)->recv(host, srcRank, engineTag(tag)), user, host[0]);
+  return recorded(
+      c10::make_intrusive<StagedRecvWork>(
+          (*everyone_)->recv(host, srcRank, engineTag(tag)), user, host[0]),
+      record);
 }
 
 c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recvAnysource(

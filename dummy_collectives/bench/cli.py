@@ -28,6 +28,7 @@ EPILOG = """examples:
   python -m dummy_collectives.bench --device cuda --world-sizes 1,2
   python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --sizes 4,4K,64K,1M,16M,64M
   python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --link-rate 1gbit
+  python -m dummy_collectives.bench --recorder-cost --passes 6
 """
 DEFAULT_WORLD_SIZES = "2"
 INIT_TIMEOUT_S = 900.0
@@ -114,6 +115,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let every host's ranks run on every CPU (default: each host gets an equal, "
         "disjoint share of the CPUs where there is at least one per host, as separate machines)",
+    )
+    p.add_argument(
+        "--recorder-cost",
+        action="store_true",
+        help="only measure what the flight recorder costs a 4 B allreduce: fresh ranks with "
+        "TORCH_FR_BUFFER_SIZE=0 and with torch's default, alternating for --passes passes "
+        "(at least 3) at the first of --world-sizes",
     )
     p.add_argument("--out", type=Path, default=Path("bench_out"), help="output folder")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
@@ -217,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         hosts_plan = build_hosts_plan(args, plan)
     except (ValueError, argparse.ArgumentTypeError) as exc:
         p.error(str(exc))
+    if args.recorder_cost:
+        from dummy_collectives.bench.recorder_cost import run as run_recorder_cost
+
+        return run_recorder_cost(plan.world_sizes[0], max(args.passes, 3), plan.timing)
     if hosts_plan is not None:
         from dummy_collectives.bench.hosts import run as run_across_hosts
 

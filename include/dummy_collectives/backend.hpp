@@ -11,6 +11,7 @@
 
 #include <dummy_collectives/algorithms.hpp>
 #include <dummy_collectives/debug_log.hpp>
+#include <dummy_collectives/flight_recorder.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 #include <dummy_collectives/options.hpp>
 #include <dummy_collectives/param_comms.hpp>
@@ -36,13 +37,16 @@ class DummyBackend final : public c10d::Backend {
   // `hostLevel`: set where this backend is the host level of a group that spans hosts
   // (HierarchicalBackend). Its collectives are then steps of the group's: the profiler shows
   // them as "dummy.host:<collective>" inside the group's own event, and they record no
-  // record_param_comms of their own (its point-to-point operations are the group's own).
+  // record_param_comms or flight recorder entries of their own (the group records them).
+  // `globalRanks`: the group's ranks in the world, in group-rank order (empty: the world), as
+  // the flight recorder's dumps name them.
   DummyBackend(
       const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
       int size,
       c10::intrusive_ptr<BackendOptions> options,
-      HostLevelOf hostLevel = {});
+      HostLevelOf hostLevel = {},
+      std::vector<int64_t> globalRanks = {});
   ~DummyBackend() override;
 
   const std::string getBackendName() const override {
@@ -195,9 +199,10 @@ class DummyBackend final : public c10d::Backend {
   struct Stamp {
     std::chrono::milliseconds limit; // how long it may take
     bool observed; // a profiler (or another RecordFunction observer) listens
+    uint64_t record; // its flight recorder entry (0: none)
   };
-  // Numbers the collective and tells the profiler. (Asking whether anyone listens takes a lock
-  // in PyTorch: ask once per collective.)
+  // Numbers the collective, tells the profiler and records it in the flight recorder. (Asking
+  // whether anyone listens takes a lock in PyTorch: ask once per collective.)
   Stamp stamp(
       OpDescriptor& op,
       const std::vector<at::Tensor>& inputs,
@@ -252,6 +257,11 @@ class DummyBackend final : public c10d::Backend {
   void logCreation() const;
   // "dummy:all_reduce" -> "dummy.host:all_reduce", interned for the profiler (it keeps pointers).
   static const char* hostLevelTitle(const char* title);
+  // This group in the flight recorder; null when it is off, in zero mode and for a host level.
+  std::shared_ptr<flight_recorder::Group> fr_;
+  bool frDescTaken_ = false; // c10d sets the group's description after creation: read it once
+  // Records a point-to-point operation as started (0: not recorded).
+  uint64_t recordPointToPoint(const char* op, int peer, const std::vector<at::Tensor>& tensors);
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
   uint64_t p2pSeq_ = 0; // point-to-point operations issued (for the profiler's records)
   int pid_;          // the process that made the backend (its threads exist only there)

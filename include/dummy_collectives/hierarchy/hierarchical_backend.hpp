@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <dummy_collectives/flight_recorder.hpp>
 #include <dummy_collectives/hierarchy/levels.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 #include <dummy_collectives/options.hpp>
@@ -38,7 +39,8 @@ class HierarchicalBackend final : public c10d::Backend {
       Topology topology,
       c10::intrusive_ptr<DummyBackend> host,
       c10::intrusive_ptr<c10d::Backend> rail,
-      c10::intrusive_ptr<c10d::Backend> everyone);
+      c10::intrusive_ptr<c10d::Backend> everyone,
+      std::vector<int64_t> globalRanks = {});
   ~HierarchicalBackend() override;
 
   const std::string getBackendName() const override {
@@ -165,9 +167,18 @@ class HierarchicalBackend final : public c10d::Backend {
   // Point-to-point goes through the host's level to a rank on this host, else the engine over
   // every rank.
   bool sameHost(int peer) const;
-  // What c10d backends record of a point-to-point operation (record_param_comms), here for the
-  // whole group whichever level carries it.
-  void recordPointToPoint(const char* name, int peer, const std::vector<at::Tensor>& tensors);
+  // What c10d backends record of a point-to-point operation (record_param_comms, the flight
+  // recorder), here for the whole group whichever level carries it. Returns its flight recorder
+  // entry (0: none).
+  uint64_t recordPointToPoint(const char* name, int peer, const std::vector<at::Tensor>& tensors);
+  // `work`, completing flight recorder entry `record` when it completes (record 0: `work`).
+  c10::intrusive_ptr<c10d::Work> recorded(c10::intrusive_ptr<c10d::Work> work, uint64_t record);
+  // A collective's flight recorder entry (0: none), "scheduled".
+  uint64_t recordCollective(
+      const OpDescriptor& op,
+      const std::vector<at::Tensor>& inputs,
+      const std::vector<at::Tensor>& outputs,
+      std::chrono::milliseconds timeout);
   // DUMMY_COLLECTIVES_DEBUG=INFO: the group's hosts and cross-host settings, once, when made.
   void logCreation() const;
 
@@ -181,6 +192,8 @@ class HierarchicalBackend final : public c10d::Backend {
   std::unique_ptr<Levels> levels_;
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<ExitHandle> exitHandle_;
+  std::shared_ptr<flight_recorder::Group> fr_; // this group in the flight recorder (null: off)
+  bool frDescTaken_ = false; // c10d sets the group's description after creation
   uint64_t seq_ = 0;
   uint64_t p2pSeq_ = 0;
   int pid_;
