@@ -53,12 +53,17 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
   // Raw transport pointer: the engine (which runs bodies) is destroyed before the transport.
   // The algorithm may own move-only state (HostStaging); a Work's body must be copyable.
   auto shared = std::make_shared<Algorithm>(std::move(algorithm));
-  auto body = [transport = transport_.get(), op, limit, shared, issuedAt,
-               site = traceSite_](DummyWork&) {
+  auto body = [transport = transport_.get(), op, limit, shared, issuedAt, site = traceSite_,
+               record = waitRecord(stamped.observed, profilingTitle)](DummyWork&) {
     debug_log::traced(op, site, issuedAt, [&] {
       transport->beginOp(op, limit);
       (*shared)(*transport);
     });
+    if (record) {
+      recordArrival(
+          record->issuer, record->groupUid, op.seq, record->title,
+          transport->arrival());
+    }
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(body));
 }
@@ -73,20 +78,26 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
     Issue issue,
     Body body) {
   op.path = DataPath::kCudaIpc;
-  const auto limit = stamp(op, inputs, outputs, issue.timeout).limit;
+  const Stamp stamped = stamp(op, inputs, outputs, issue.timeout);
+  const auto limit = stamped.limit;
   const auto issuedAt = debug_log::issueTime();
   std::vector<at::Tensor> touched(inputs);
   touched.insert(touched.end(), outputs.begin(), outputs.end());
   auto ticket = device_->submit(touched);
   // Raw pointers: the engine (which runs bodies) is destroyed before the transport and device.
   auto run = [transport = transport_.get(), device = device_.get(), op, limit, ticket,
-              body = std::move(body), issuedAt,
-              site = traceSite_](DummyWork& work) mutable {
+              body = std::move(body), issuedAt, site = traceSite_,
+              record = waitRecord(stamped.observed, profilingTitle)](DummyWork& work) mutable {
     // Traced until the host's part is done; the device's part completes later, on its stream.
     debug_log::traced(op, site, issuedAt, [&] {
       transport->beginOp(op, limit);
       device->run(*ticket, work, [&] { body(*device, *transport); });
     });
+    if (record) { // the host's part: the arrivals are known once its first step is done
+      recordArrival(
+          record->issuer, record->groupUid, op.seq, record->title,
+          transport->arrival());
+    }
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(run));
 }

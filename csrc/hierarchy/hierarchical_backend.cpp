@@ -111,6 +111,7 @@ HierarchicalBackend::HierarchicalBackend(
       options_(std::move(options)),
       topology_(std::move(topology)),
       hostBackend_(std::move(host)),
+      waits_(std::make_unique<WaitLedger>(size)),
       pid_(static_cast<int>(::getpid())) {
   TORCH_CHECK(
       topology_.size() == size && topology_.rank() == rank,
@@ -266,15 +267,30 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
   ctx.rank = getRank();
   ctx.timeout = issue.timeout == c10d::kUnsetTimeout ? options_->timeout : issue.timeout;
   const auto issuedAt = debug_log::issueTime();
+  // Where a profiler listens, the completion records who made whom wait (recordArrival).
+  std::shared_ptr<const at::ThreadLocalState> issuer =
+      observed ? std::make_shared<const at::ThreadLocalState>() : nullptr;
   // Raw pointers: the engine (which runs bodies) is destroyed before the levels.
-  auto run = [levels = levels_.get(), health = health_.get(), ctx, issuedAt,
-              site = debug_log::Site{getRank(), &options_->group_name},
+  auto run = [levels = levels_.get(), health = health_.get(), waits = waits_.get(), ctx, issuedAt,
+              site = debug_log::Site{getRank(), &options_->group_name}, issuer, profilingTitle,
+              groupUid = observed ? getGroupUid() : std::string(),
               algorithm = std::move(algorithm)]() mutable {
+    // Who made whom wait, as the agreement finds it (OpContext::arrival): what the flight
+    // recorder stores with this collective once it is done.
+    Arrival arrival;
     debug_log::traced(ctx.op, site, issuedAt, [&] {
-      ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
+      const auto now = std::chrono::steady_clock::now();
+      ctx.deadline = now + ctx.timeout;
+      ctx.arrivedNs =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+      arrival.arrivedNs = ctx.arrivedNs;
+      ctx.arrival = &arrival;
       health->raiseIfBroken(ctx.describe());
       try {
         algorithm(*levels, ctx);
+        if (arrival.known()) {
+          waits->add(arrival.lastRank, arrival.waitedNs);
+        }
       } catch (const c10::DistBackendError&) {
         throw; // the group's failure, or a mismatch every rank raises alike
       } catch (const c10::ValueError&) {
@@ -286,6 +302,9 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
         health->fail(ctx.describe(), c10::str("failed on ", health->self(), ": ", e.what()));
       }
     });
+    if (issuer) {
+      recordArrival(*issuer, groupUid, ctx.op.seq, profilingTitle, arrival);
+    }
   };
   if (issue.blocking && !observed) {
     std::exception_ptr error;
