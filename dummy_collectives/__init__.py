@@ -20,14 +20,19 @@ from dummy_collectives._C import (
     reduce_capability,
 )
 from dummy_collectives._registration import BACKEND_NAME, register
+from dummy_collectives._waits import RankWaits, WaitSummary, reset_wait_summary, wait_summary
 
 __all__ = [
     "BACKEND_NAME",
     "DummyBackend",
     "Options",
+    "RankWaits",
+    "WaitSummary",
     "cross_memory_copy_speed",
     "reduce_capability",
     "register",
+    "reset_wait_summary",
+    "wait_summary",
 ]
 
 register()
