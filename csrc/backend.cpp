@@ -240,6 +240,22 @@ std::string DummyBackend::brokenReason() const {
   return transport_ ? transport_->brokenReason() : std::string();
 }
 
+WaitLedger::Totals DummyBackend::waitTotals() const {
+  if (!transport_) { // zero mode: nothing waits
+    WaitLedger::Totals none;
+    none.timesLast.assign(getSize(), 0);
+    none.waitedForNs.assign(getSize(), 0);
+    return none;
+  }
+  return transport_->waits().totals();
+}
+
+void DummyBackend::resetWaits() {
+  if (transport_) {
+    transport_->waits().reset();
+  }
+}
+
 algorithms::PeerAccessWindow DummyBackend::peerAccessWindow() const {
   return {options_->peerAccessMinBytes, options_->peerAccessMaxBytes};
 }

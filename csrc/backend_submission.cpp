@@ -59,6 +59,15 @@ uint64_t DummyBackend::recordPointToPoint(
   return record;
 }
 
+std::shared_ptr<const DummyBackend::WaitRecord> DummyBackend::waitRecord(
+    bool observed, const char* profilingTitle) const {
+  if (!observed || hostLevel_ || profilingTitle == nullptr) {
+    return nullptr;
+  }
+  return std::make_shared<const WaitRecord>(
+      WaitRecord{at::ThreadLocalState(), getGroupUid(), profilingTitle});
+}
+
 c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(
     const OpDescriptor& op,
     c10d::OpType opType,

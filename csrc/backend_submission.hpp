@@ -36,14 +36,14 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     // small blocking collective costs on top of moving its bytes. (Under a profiler the engine
     // runs it, so the Work's profiling record spans the collective.)
     std::exception_ptr error;
-    Transport& transport = *transport_;
+    ShmTransport& transport = *transport_; // algorithms take it as a Transport
     const bool ran = engine_->runNow([&] {
       try {
         debug_log::traced(op, traceSite_, issuedAt, [&] {
           transport.beginOp(op, limit);
           flight_recorder::started(record);
           algorithm(transport);
-          flight_recorder::completed(record);
+          flight_recorder::completed(record, transport.arrival());
         });
       } catch (...) {
         error = std::current_exception();
@@ -61,17 +61,22 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
   auto shared = std::make_shared<Algorithm>(std::move(algorithm));
   // The flight recorder's group outlives every backend (the recorder keeps it).
   auto body = [transport = transport_.get(), op, limit, shared, issuedAt, site = traceSite_,
-               record, group = fr_.get()](DummyWork&) {
+               record, group = fr_.get(),
+               waits = waitRecord(stamped.observed, profilingTitle)](DummyWork&) {
     try {
       debug_log::traced(op, site, issuedAt, [&] {
         transport->beginOp(op, limit);
         flight_recorder::started(record);
         (*shared)(*transport);
-        flight_recorder::completed(record);
+        flight_recorder::completed(record, transport->arrival());
       });
     } catch (const c10::DistBackendError& e) {
       flight_recorder::dumpOnFailure(group, e.what());
       throw;
+    }
+    if (waits) {
+      recordArrival(
+          waits->issuer, waits->groupUid, op.seq, waits->title, transport->arrival());
     }
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(body));
@@ -96,8 +101,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
   auto ticket = device_->submit(touched);
   // Raw pointers: the engine (which runs bodies) is destroyed before the transport and device.
   auto run = [transport = transport_.get(), device = device_.get(), op, limit, ticket,
-              body = std::move(body), issuedAt, site = traceSite_, record,
-              group = fr_.get()](DummyWork& work) mutable {
+              body = std::move(body), issuedAt, site = traceSite_, record, group = fr_.get(),
+              waits = waitRecord(stamped.observed, profilingTitle)](DummyWork& work) mutable {
     // Traced until the host's part is done; the device's part completes later, on its stream.
     // The flight recorder too marks it completed when the host's part is done.
     try {
@@ -105,11 +110,15 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
         transport->beginOp(op, limit);
         flight_recorder::started(record);
         device->run(*ticket, work, [&] { body(*device, *transport); });
-        flight_recorder::completed(record);
+        flight_recorder::completed(record, transport->arrival());
       });
     } catch (const c10::DistBackendError& e) {
       flight_recorder::dumpOnFailure(group, e.what());
       throw;
+    }
+    if (waits) { // the host's part: the arrivals are known once its first step is done
+      recordArrival(
+          waits->issuer, waits->groupUid, op.seq, waits->title, transport->arrival());
     }
   };
   return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(run));

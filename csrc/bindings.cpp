@@ -31,6 +31,17 @@ c10::intrusive_ptr<BackendOptions> groupOptions(
   return own;
 }
 
+// A ledger's window for Python (dummy_collectives/_waits.py makes the summary of it).
+py::tuple waitTotals(const dummy_collectives::WaitLedger::Totals& totals) {
+  return py::make_tuple(totals.collectives, totals.timesLast, totals.waitedForNs);
+}
+
+constexpr const char* kWaitTotalsDoc =
+    "This rank's window of who made whom wait: (collectives, times_last, waited_for_ns), the "
+    "last two per group rank (how often it arrived last; how long this rank waited for it). "
+    "Local to this rank; dummy_collectives.wait_summary() gathers every rank's.";
+constexpr const char* kResetWaitsDoc = "Starts this rank's new window of _wait_totals().";
+
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -206,7 +217,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "broken_reason",
           &DummyBackend::brokenReason,
           "Why the group can no longer be used (a dead peer, a timeout, an abort); '' while it "
-          "can.");
+          "can.")
+      .def(
+          "_wait_totals",
+          [](const DummyBackend& b) { return waitTotals(b.waitTotals()); },
+          kWaitTotalsDoc)
+      .def("_reset_waits", &DummyBackend::resetWaits, kResetWaitsDoc);
 
   using dummy_collectives::hierarchy::HierarchicalBackend;
   using dummy_collectives::hierarchy::Topology;
@@ -272,7 +288,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly(
           "broken_reason",
           &HierarchicalBackend::brokenReason,
-          "Why the group can no longer be used, agreed by every rank; '' while it can.");
+          "Why the group can no longer be used, agreed by every rank; '' while it can.")
+      .def(
+          "_wait_totals",
+          [](const HierarchicalBackend& b) { return waitTotals(b.waitTotals()); },
+          kWaitTotalsDoc)
+      .def("_reset_waits", &HierarchicalBackend::resetWaits, kResetWaitsDoc);
 
   // c10d hands our Work to Python as its base type; pybind then looks up the most derived type
   // first, and a type it does not know costs a failed lookup (hashing the type's name) on every

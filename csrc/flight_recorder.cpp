@@ -204,7 +204,7 @@ uint64_t Ring::record(
   return id;
 }
 
-void Ring::mark(uint64_t id, bool done) {
+void Ring::mark(uint64_t id, bool done, int32_t lastArrival, int64_t waitedUs) {
   const int64_t now = c10::getTime();
   Slot& slot = slots_[(id - 1) % capacity_];
   SlotGuard guard(slot);
@@ -216,6 +216,10 @@ void Ring::mark(uint64_t id, bool done) {
     slot.completedNs = now;
     if (slot.startedNs == 0) {
       slot.startedNs = now;
+    }
+    if (lastArrival >= 0) {
+      slot.lastArrival = lastArrival;
+      slot.waitedUs = waitedUs;
     }
   } else {
     slot.startedNs = now;
@@ -320,6 +324,13 @@ void started(uint64_t id) {
 void completed(uint64_t id) {
   if (id != 0) {
     Ring::get().mark(id, true);
+  }
+}
+
+void completed(uint64_t id, const Arrival& arrival) {
+  if (id != 0) {
+    Ring::get().mark(
+        id, true, arrival.known() ? arrival.lastRank : -1, arrival.waitedNs / 1000);
   }
 }
 

@@ -33,8 +33,8 @@ struct Slot {
   int64_t completedNs = 0; // 0: not completed
   uint64_t threadId = 0;
   char threadName[16] = {};
-  // Reserved for the per-collective arrival tracking (the rank that arrived last, how long this
-  // rank waited for it); -1 until something fills them. The dump leaves them out while -1.
+  // Who made whom wait (arrival.hpp), set with the completion: the group rank that arrived last
+  // and how long this rank waited for it; -1 where unknown, which the dump leaves out.
   int32_t lastArrival = -1;
   int64_t waitedUs = -1;
   // Inputs then outputs, each: count, then per tensor dtype (c10::ScalarType, -1 undefined),
@@ -128,7 +128,8 @@ class Ring {
       bool flattenInputs,
       bool flattenOutputs,
       size_t listCount);
-  void mark(uint64_t id, bool done);
+  // lastArrival/waitedUs: who made whom wait, written with a completion (-1: unknown).
+  void mark(uint64_t id, bool done, int32_t lastArrival = -1, int64_t waitedUs = -1);
   // The entries still in the ring, oldest first.
   std::vector<EntryCopy> snapshot() const;
 

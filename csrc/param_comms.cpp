@@ -1,7 +1,10 @@
 #include <dummy_collectives/param_comms.hpp>
 
+#include <string>
 #include <tuple>
+#include <unordered_map>
 
+#include <ATen/record_function.h>
 #include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 
 #include <dummy_collectives/argument_checks.hpp>
@@ -33,6 +36,36 @@ void recordParamComms(
       -1,
       -1,
       group.getSize());
+}
+
+void recordArrival(
+    const at::ThreadLocalState& issuer,
+    const std::string& groupUid,
+    uint64_t seq,
+    const char* profilingTitle,
+    const Arrival& arrival) {
+  if (!arrival.known() || profilingTitle == nullptr) {
+    return;
+  }
+  // "dummy:all_reduce" -> "dummy.wait:all_reduce": not "dummy:*", which trace tools take for
+  // the collective itself. (Declared before the record, which may keep a view of it.)
+  const std::string title(profilingTitle);
+  const std::string name = "dummy.wait:" + title.substr(title.find(':') + 1);
+  at::ThreadLocalStateGuard onIssuersCallbacks(issuer);
+  at::RecordFunction record(at::RecordScope::USER_SCOPE);
+  if (!record.isActive()) {
+    return;
+  }
+  // Integers only: torch's exporter writes a double such as 0.0 as "0.", which no JSON parser
+  // reads. waited_us is rounded; waited_ns is exact (trace.py prefers it).
+  const std::unordered_map<std::string, c10::IValue> args{
+      {"last_arrival", static_cast<int64_t>(arrival.lastRank)},
+      {"waited_us", static_cast<int64_t>((arrival.waitedNs + 500) / 1000)},
+      {"waited_ns", static_cast<int64_t>(arrival.waitedNs)},
+      {"Seq", static_cast<int64_t>(seq)},
+      {"Process Group Name", groupUid},
+  };
+  record.before(name.c_str(), &args);
 }
 
 } // namespace dummy_collectives

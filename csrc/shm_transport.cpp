@@ -42,6 +42,11 @@ struct alignas(kLine) RankControl {
   // after every rank has gone two steps past the reads of it (the same rule as the data slots).
   // It shares `published`'s line pair: the transfer that shows a peer the step brings it along.
   OpDescriptor desc[2];
+  // When this rank began the collective whose first step is step s: arrivedNs[s % 2], its
+  // steady clock (one clock for every process of a host), written with the descriptor and read
+  // by peers after that step (see noteArrivals). Double-buffered like the descriptor, for the
+  // same reason: a fast rank begins its next collective while a slow one still reads this.
+  int64_t arrivedNs[2];
   // Written once at connect.
   alignas(kLine) int32_t pid; // for peers' liveness checks and cross-memory reads
   uint64_t pidNamespace;
@@ -53,7 +58,9 @@ struct alignas(kLine) RankControl {
   // The CPUs this rank may run on, written before its first publish (see decideCoreSharing).
   CpuMask cpus{};
 };
-static_assert(sizeof(std::atomic<uint64_t>) + 2 * sizeof(OpDescriptor) <= kLine);
+static_assert(
+    sizeof(std::atomic<uint64_t>) + 2 * sizeof(OpDescriptor) + 2 * sizeof(int64_t) <= kLine,
+    "a peer's step counter, descriptors and arrival stamps come in one transfer");
 
 struct alignas(kLine) ControlBlock {
   uint64_t magic;
@@ -221,7 +228,8 @@ ShmTransport::ShmTransport(
       shareCores_(std::max(size, hostLevel.ranksOnMachine) > countCpus(affinityMask())),
       peerAccessWanted_(peerAccess),
       peerAccessMinSpeed_(peerAccessMinSpeed),
-      hostLevel_(std::move(hostLevel)) {
+      hostLevel_(std::move(hostLevel)),
+      waits_(size) {
   TORCH_CHECK(
       hostLevel_.groupRanks.empty() || static_cast<int>(hostLevel_.groupRanks.size()) == size,
       "dummy_collectives: ", hostLevel_.groupRanks.size(), " group ranks for a host level of ",
@@ -379,7 +387,12 @@ void ShmTransport::beginOp(const OpDescriptor& op, std::chrono::milliseconds tim
         DistBackendError,
         c10::str(opContext(), ": the group was aborted earlier (", abortReason(), ")"));
   }
-  control(rank_).desc[nextStep_ & 1] = op;
+  RankControl& mine = control(rank_);
+  mine.desc[nextStep_ & 1] = op;
+  // One clock read per collective (~20-40 ns through the vDSO): who made whom wait.
+  const int64_t now = arrivalClockNs();
+  mine.arrivedNs[nextStep_ & 1] = now;
+  arrival_ = {-1, 0, now};
 }
 
 void* ShmTransport::writeSlot() {
@@ -521,8 +534,28 @@ void ShmTransport::exchange() {
   // next collective must start from the next step on all of them.
   nextStep_ = step + 1;
   if (step == opFirstStep_) {
+    noteArrivals(step);
     checkDescriptors(step);
   }
+}
+
+void ShmTransport::noteArrivals(uint64_t step) {
+  // Every rank reads the same stamps (written before the publish just awaited), so every rank
+  // names the same last rank; ties go to the lowest rank. The lines are in our cache already:
+  // the stamps share the step counters' line pairs.
+  int last = 0;
+  int64_t lastNs = control(0).arrivedNs[step & 1];
+  for (int r = 1; r < size_; ++r) {
+    const int64_t ns = control(r).arrivedNs[step & 1];
+    if (ns > lastNs) {
+      last = r;
+      lastNs = ns;
+    }
+  }
+  const int64_t waited = std::max<int64_t>(0, lastNs - arrival_.arrivedNs);
+  arrival_.lastRank = label(last);
+  arrival_.waitedNs = waited;
+  waits_.add(last, waited);
 }
 
 template <typename Ready, typename CoreWanted, typename Check, typename Sleep>

@@ -20,17 +20,22 @@ from dummy_collectives._C import (
     reduce_capability,
 )
 from dummy_collectives._registration import BACKEND_NAME, register
+from dummy_collectives._waits import RankWaits, WaitSummary, reset_wait_summary, wait_summary
 from dummy_collectives.flight_recorder import dump_fr_trace, dump_fr_trace_json
 
 __all__ = [
     "BACKEND_NAME",
     "DummyBackend",
     "Options",
+    "RankWaits",
+    "WaitSummary",
     "cross_memory_copy_speed",
     "dump_fr_trace",
     "dump_fr_trace_json",
     "reduce_capability",
     "register",
+    "reset_wait_summary",
+    "wait_summary",
 ]
 
 register()

@@ -16,6 +16,11 @@ difference of their end times. Each collective event then gets the args ``last_a
 rank that entered it last) and ``waited_us`` (how long this rank waited for that rank), unless
 the backend recorded them itself, and a child span ``wait for rank R`` shows the wait.
 
+The backend records them itself where the profiler records shapes (``record_shapes=True``):
+each collective then ends with a ``dummy.wait:<collective>`` event whose args name the
+collective (``Seq``, ``Process Group Name``) and hold the values the backend measured, which the
+merge copies onto the collective's event (``wait_source`` says which: ``backend`` or ``clocks``).
+
 ``summary`` prints, per collective kind and rank, the time spent waiting and for whom, and per
 rank how often it arrived last and how long the others waited for it.
 
@@ -39,6 +44,8 @@ Event = dict[str, Any]
 Key = tuple[str, ...]
 
 DEFAULT_PREFIX = "dummy:"  # the backend's collective events: dummy:all_reduce, ...
+# What the backend measured of a collective's waits, recorded when it completed.
+WAIT_RECORD_PREFIX = "dummy.wait:"
 PARAM_COMMS = "record_param_comms"
 # Point-to-point operations concern two ranks, not a group: nothing to align or wait for.
 POINT_TO_POINT = frozenset({"send", "recv", "recvAnySource", "recvAnysource"})
@@ -109,6 +116,7 @@ def read_traces(paths: Sequence[str | Path], prefix: str) -> tuple[list[RankTrac
                 event["ts"] = float(event["ts"]) + shift_us
         trace = RankTrace(rank, str(path), data.get("host_name"), events)
         trace.collectives = find_collectives(events, prefix)
+        apply_recorded_waits(events, trace.collectives)
         traces.append(trace)
     return sorted(traces, key=lambda t: t.rank), base_ns
 
@@ -161,6 +169,39 @@ def find_collectives(events: list[Event], prefix: str) -> dict[Key, Event]:
             seen[name] += 1
         found[(*key, name)] = event
     return found
+
+
+def apply_recorded_waits(events: list[Event], collectives: dict[Key, Event]) -> None:
+    """Puts what the backend recorded (``dummy.wait:*`` events) on the collectives' events,
+    matched by process group, sequence number and collective."""
+    recorded: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for event in events:
+        name = str(event.get("name", ""))
+        args = event.get("args") or {}
+        if not name.startswith(WAIT_RECORD_PREFIX) or "last_arrival" not in args:
+            continue
+        key = _group_and_seq(event)
+        if key is not None:
+            recorded[(key[1], key[2], op_of(name))] = args
+    if not recorded:
+        return
+    for key, event in collectives.items():
+        if key[0] != "group":
+            continue
+        args = recorded.get((key[1], key[2], op_of(key[-1])))
+        mine = event.setdefault("args", {})
+        if args is not None and "last_arrival" not in mine:
+            mine["last_arrival"] = int(args["last_arrival"])
+            mine["waited_us"] = recorded_waited_us(args)
+            mine["wait_source"] = "backend"
+
+
+def recorded_waited_us(args: dict[str, Any]) -> float:
+    """A ``dummy.wait:*`` event's wait in microseconds: exact from ``waited_ns`` (the backend
+    writes integers: torch's exporter writes a float such as 0.0 as ``0.``, not JSON)."""
+    if "waited_ns" in args:
+        return int(args["waited_ns"]) / 1000
+    return float(args["waited_us"])
 
 
 # ----------------------------------------------------------------------------- clocks
@@ -217,6 +258,7 @@ def annotate_waits(traces: list[RankTrace]) -> None:
                 continue
             args["last_arrival"] = last
             args["waited_us"] = round(max(0.0, last_start - float(event["ts"])), 3)
+            args["wait_source"] = "clocks"
 
 
 def wait_spans(trace: RankTrace) -> list[Event]:
@@ -355,8 +397,10 @@ def summarize(merged: dict[str, Any]) -> Summary:
         args = event.get("args") or {}
         if event.get("ph") != "X" or "last_arrival" not in args or "waited_us" not in args:
             continue
-        if not isinstance(event.get("pid"), int):
-            continue
+        if not isinstance(event.get("pid"), int) or event.get("name", "").startswith(
+            WAIT_RECORD_PREFIX
+        ):
+            continue  # the backend's own records: already on their collectives
         rank, last, waited = event["pid"], int(args["last_arrival"]), float(args["waited_us"])
         kind = str(event.get("name", ""))
         row = kinds.setdefault((kind, rank), KindRow(kind, rank))

@@ -11,7 +11,8 @@ with ``python -m dummy_collectives.trace merge`` into ``DIR/job.json``, one proc
 rank with the clocks aligned on the collectives, and prints
 ``python -m dummy_collectives.trace summary``: the slow rank shows as the one the others wait
 for. Open job.json in https://ui.perfetto.dev or chrome://tracing: every collective a rank
-waited in has a child span "wait for rank R".
+waited in has a child span "wait for rank R". Last, ``dummy_collectives.wait_summary()``: the
+same verdict from what the backend measured itself, without the profiler.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch.distributed as dist
 from _launch import launch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-import dummy_collectives  # noqa: F401  (registers the "dummy" backend)
+import dummy_collectives  # registers the "dummy" backend
 from dummy_collectives import trace
 
 STEPS = 12  # three collectives a step
@@ -75,7 +76,9 @@ def main(out_dir: str | None, slow_rank: int, delay_ms: float) -> None:
     dist.broadcast_object_list(where, src=0)  # every rank writes into rank 0's directory
     directory = Path(str(where[0]))
     directory.mkdir(parents=True, exist_ok=True)
+    dummy_collectives.wait_summary(reset=True)  # a window of who made whom wait, from here
     profile_steps(directory, slow_rank, delay_ms / 1000)
+    waits = dummy_collectives.wait_summary()  # a collective: every rank calls it
     dist.barrier()  # every trace is written
     if rank == 0:
         traces = [str(directory / f"rank{r}.json") for r in range(world)]
@@ -89,6 +92,7 @@ def main(out_dir: str | None, slow_rank: int, delay_ms: float) -> None:
             f" (Load): one row per rank; rank {slow_rank}'s peers show 'wait for rank"
             f" {slow_rank}' inside their collectives."
         )
+        print(f"\n>>> dummy_collectives.wait_summary()\n{waits}")
     dist.destroy_process_group()
 
 

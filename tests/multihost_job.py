@@ -8,7 +8,9 @@ usage: python tests/multihost_job.py SCENARIO OUT_DIR [ARGS...]
 Scenarios:
   random_program SEED N_OPS   the random program of test_random_program.py, every op checked
                               against gloo over the same ranks (no receive from any source)
-  ddp STEPS                   the same model trained with DDP on dummy and on gloo
+  ddp STEPS                   the same model trained with DDP on dummy and on gloo; then
+                              (dummy) the last rank sleeps before a few collectives and
+                              wait_summary must name it on every host
   kill VICTIM                 a loop of collectives; rank VICTIM SIGKILLs itself mid-way
   mismatch                    ranks on different hosts (then on one host) call different
                               collectives; the group must stay usable
@@ -89,7 +91,39 @@ def ddp(out_dir: str, steps: str) -> Result:
     pairs = zip(on_backend, on_gloo, strict=True)
     differ = [i for i, (a, b) in enumerate(pairs) if not a.equal(b)]
     moved = [i for i, (a, b) in enumerate(zip(initial, on_backend, strict=True)) if not a.equal(b)]
-    return {"differ": differ, "moved": moved, "parameters": len(initial)}
+    result = {"differ": differ, "moved": moved, "parameters": len(initial)}
+    if harness.backend_under_test() == "dummy":
+        result["waits"] = _slow_rank_waits()
+    return result
+
+
+SLOW_ROUNDS = 5
+SLOW_DELAY_S = 0.02
+
+
+def _slow_rank_waits() -> Result:
+    """The last rank (not its host's leader) sleeps before each of a few small allreduces: who
+    made whom wait, as every rank's wait_summary tells it."""
+    import dummy_collectives
+
+    slow_rank = dist.get_world_size() - 1
+    dummy_collectives.wait_summary(reset=True)
+    for _ in range(SLOW_ROUNDS):
+        if dist.get_rank() == slow_rank:
+            time.sleep(SLOW_DELAY_S)
+        dist.all_reduce(torch.ones(4))
+    summary = dummy_collectives.wait_summary()
+    top = summary.most_waited_for()
+    return {
+        "slow_rank": slow_rank,
+        "most_waited_for": top.rank if top is not None else None,
+        "times_last": [r.times_last for r in summary.ranks],
+        "others_waited_us": [r.others_waited_us for r in summary.ranks],
+        "printed": str(summary),
+        "rounds": SLOW_ROUNDS,
+        # How long the others waited for it, at the least: each one the delay of every round.
+        "others_must_wait_us": (dist.get_world_size() - 1) * SLOW_ROUNDS * SLOW_DELAY_S * 1e6,
+    }
 
 
 def kill(out_dir: str, victim: str) -> Result:

@@ -149,6 +149,15 @@ def test_ddp_across_hosts_trains_exactly_as_gloo(hosts) -> None:
     for rank, result in job.results.items():
         assert result["differ"] == [], (rank, result)
         assert result["moved"] == list(range(result["parameters"])), (rank, result)
+    if support.IS_DUMMY:
+        # A slow rank on host 1 (not its leader) is named by wait_summary on both hosts, alike.
+        waits = [job.results[r]["waits"] for r in range(4)]
+        assert all(w == waits[0] for w in waits), waits
+        slow = waits[0]["slow_rank"]
+        assert waits[0]["most_waited_for"] == slow, waits[0]["printed"]
+        assert waits[0]["times_last"][slow] >= waits[0]["rounds"] - 1, waits[0]["printed"]
+        least = 0.5 * waits[0]["others_must_wait_us"]
+        assert waits[0]["others_waited_us"][slow] >= least, waits[0]["printed"]
 
 
 @support.requires_dummy

@@ -219,3 +219,45 @@ def test_example_runs_standalone(tmp_path: Path) -> None:
     assert f"Open {tmp_path / 'job.json'} in https://ui.perfetto.dev" in proc.stdout, proc.stdout
     merged = trace.load_json(tmp_path / "job.json")
     assert [r["rank"] for r in merged["mergedRanks"]] == [0, 1]
+
+
+def test_waits_recorded_at_completion_are_put_on_their_collectives(tmp_path: Path) -> None:
+    """The backend's ``dummy.wait:*`` events (profile(record_shapes=True)) are matched to their
+    collective by group and sequence number, and their values win over the aligned clocks';
+    collectives without one get the clocks' (``wait_source`` tells which)."""
+
+    def ops(rank: int, starts: list[float]) -> list[Event]:
+        events: list[Event] = []
+        for seq, ts in enumerate(starts, start=1):
+            meta = {"Seq": seq, "Process Group Name": "0"}
+            events.append({"ph": "X", "name": "record_param_comms", "pid": rank, "tid": 1,
+                           "ts": ts - 1, "dur": 0.5,
+                           "args": {**meta, "Collective name": "allreduce"}})  # fmt: skip
+            events.append({"ph": "X", "name": "dummy:all_reduce", "pid": rank, "tid": 1,
+                           "ts": ts, "dur": 50.0 - ts % 100, "args": {}})  # fmt: skip
+        return events
+
+    # Both collectives end at 50 and 150 on both ranks; by the clocks rank 1 starts later.
+    rank0 = ops(0, [0.0, 100.0])
+    rank1 = ops(1, [10.0, 120.0])
+    # The backend says otherwise for the first: rank 0 came last, and rank 1 waited 3 us.
+    rank0.append({"ph": "X", "name": "dummy.wait:all_reduce", "pid": 0, "tid": 1, "ts": 50,
+                  "dur": 1, "args": {"Seq": 1, "Process Group Name": "0",
+                                     "last_arrival": 0, "waited_us": 0.0}})  # fmt: skip
+    rank1.append({"ph": "X", "name": "dummy.wait:all_reduce", "pid": 1, "tid": 1, "ts": 50,
+                  "dur": 1, "args": {"Seq": 1, "Process Group Name": "0",
+                                     "last_arrival": 0, "waited_us": 3.0}})  # fmt: skip
+    paths = [tmp_path / "r0.json", tmp_path / "r1.json"]
+    for path, events in zip(paths, (rank0, rank1), strict=True):
+        path.write_text(json.dumps({"traceEvents": events}))
+    by_rank = _collectives(trace.merge(paths))
+    first = [by_rank[r][0]["args"] for r in (0, 1)]
+    assert [(a["last_arrival"], a["waited_us"], a["wait_source"]) for a in first] == [
+        (0, 0.0, "backend"),
+        (0, 3.0, "backend"),
+    ]
+    second = [by_rank[r][1]["args"] for r in (0, 1)]
+    assert [(a["last_arrival"], a["waited_us"], a["wait_source"]) for a in second] == [
+        (1, 20.0, "clocks"),
+        (1, 0.0, "clocks"),
+    ]

@@ -1,5 +1,6 @@
 #include <dummy_collectives/hierarchy/agreement.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -7,6 +8,8 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/exception.h>
+
+#include <dummy_collectives/arrival.hpp>
 
 namespace dummy_collectives::hierarchy {
 namespace {
@@ -132,6 +135,7 @@ Agreement::Agreement(
   mine_.op = ctx.op;
   mine_.writer = topology.rank();
   mine_.payloadBytes = payload.size;
+  mine_.arrivedNs = ctx.arrivedNs;
   at::Tensor record = makeRecord(bytes, mine_, payload);
   hostRecords_ = record;
   if (localSize > 1) {
@@ -140,9 +144,18 @@ Agreement::Agreement(
     opts.timeout = ctx.timeout; // the first step: who does not come is named here (OpContext)
     levels.host.wait(levels.host->_allgather_base(hostRecords_, record, opts), ctx);
   }
-  for (const auto& r : readRecords(hostRecords_, localSize, bytes)) {
+  // Every rank of the host reads the same records, so all name the same last rank (ties: the
+  // lowest local rank), on the host's one steady clock.
+  const std::vector<Record> local = readRecords(hostRecords_, localSize, bytes);
+  Header hostLast = local[0].header;
+  for (const auto& r : local) {
     hostAgrees_ = hostAgrees_ && r.header.op == ctx.op;
+    if (r.header.arrivedNs > hostLast.arrivedNs) {
+      hostLast = r.header;
+    }
   }
+  hostLastRank_ = hostLast.writer;
+  inHostWaitNs_ = hostLast.arrivedNs - ctx.arrivedNs;
 
   // 2. Across hosts, issued here: the leaders exchange their host's verdict and combined
   // payload. A host whose ranks disagree knows it already: its leader only tells the others.
@@ -154,11 +167,13 @@ Agreement::Agreement(
       combined = combine->host(payloadsOf(readRecords(hostRecords_, localSize, bytes)));
     }
     host.payloadBytes = combined.size();
+    host.lastRank = hostLastRank_;
     host.sentAtUs = wallClockUs();
     sentAtUs_ = host.sentAtUs;
     InterHostEngine& leaders = *levels.rail; // a leader's rail: the hosts' leaders
     at::Tensor out = makeRecord(bytes, host, {combined.data(), combined.size()});
     leaderRecords_ = at::empty({static_cast<int64_t>(bytes) * leaders.size()}, at::kByte);
+    exchangeIssuedNs_ = arrivalClockNs();
     exchange_ = leaders.allgather(leaderRecords_, out);
   }
 }
@@ -174,7 +189,19 @@ Bytes Agreement::finish() {
   if (exchange_) {
     InterHostEngine& leaders = *levels_.rail;
     leaders.wait(exchange_, ctx_);
+    const int64_t crossHostWaitNs = arrivalClockNs() - exchangeIssuedNs_;
     const std::vector<Record> hosts = readRecords(leaderRecords_, leaders.size(), bytes);
+    // The last host: the one whose leader sent its record last, by the wall clock (hosts share
+    // no steady clock; see docs/design.md for what that costs). Its last rank is the group's.
+    const Record* lastHost = &hosts[0];
+    for (const auto& r : hosts) {
+      if (r.header.sentAtUs > lastHost->header.sentAtUs) {
+        lastHost = &r;
+      }
+    }
+    lastRank_ = lastHost->header.lastRank;
+    // Where this host came last, its leader waited for the network, not for a rank.
+    crossHostWaitNs_ = lastHost->header.writer == topology.rank() ? 0 : crossHostWaitNs;
     for (const auto& r : hosts) {
       if (sentAtUs_ - r.header.sentAtUs > kStaleRecord.count() * 1000) {
         if (auto reason = levels_.health.published()) {
@@ -201,6 +228,8 @@ Bytes Agreement::finish() {
         : ByteView{reinterpret_cast<const std::byte*>(mismatch.data()),
                    std::min(mismatch.size(), levels_.settings.inlineBytes)};
     verdict.payloadBytes = carried.size;
+    verdict.lastRank = lastRank_;
+    verdict.crossHostWaitNs = crossHostWaitNs_;
     at::Tensor told = makeRecord(bytes, verdict, levels_.leader() ? carried : ByteView{});
     std::vector<at::Tensor> tensors{told};
     c10d::BroadcastOptions opts;
@@ -213,8 +242,14 @@ Bytes Agreement::finish() {
           reinterpret_cast<const char*>(heard.payload.data), heard.payload.size));
     }
     result.assign(heard.payload.data, heard.payload.data + heard.payload.size);
+    lastRank_ = heard.header.lastRank;
+    crossHostWaitNs_ = heard.header.crossHostWaitNs;
   } else if (!mismatch.empty()) {
     raiseMismatch(mismatch);
+  }
+  if (ctx_.arrival != nullptr) {
+    *ctx_.arrival = {lastRank_, std::max<int64_t>(0, inHostWaitNs_) + crossHostWaitNs_,
+                     ctx_.arrivedNs};
   }
   return result;
 }

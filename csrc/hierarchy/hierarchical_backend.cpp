@@ -160,6 +160,7 @@ HierarchicalBackend::HierarchicalBackend(
       options_(std::move(options)),
       topology_(std::move(topology)),
       hostBackend_(std::move(host)),
+      waits_(std::make_unique<WaitLedger>(size)),
       pid_(static_cast<int>(::getpid())) {
   TORCH_CHECK(
       topology_.size() == size && topology_.rank() == rank,
@@ -355,18 +356,33 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
   ctx.timeout = issue.timeout == c10d::kUnsetTimeout ? options_->timeout : issue.timeout;
   const uint64_t record = recordCollective(op, inputs, outputs, ctx.timeout);
   const auto issuedAt = debug_log::issueTime();
+  // Where a profiler listens, the completion records who made whom wait (recordArrival).
+  std::shared_ptr<const at::ThreadLocalState> issuer =
+      observed ? std::make_shared<const at::ThreadLocalState>() : nullptr;
   // Raw pointers: the engine (which runs bodies) is destroyed before the levels; the flight
   // recorder keeps its group for good.
-  auto run = [levels = levels_.get(), health = health_.get(), ctx, issuedAt,
-              site = debug_log::Site{getRank(), &options_->group_name}, record,
-              group = fr_.get(), algorithm = std::move(algorithm)]() mutable {
+  auto run = [levels = levels_.get(), health = health_.get(), waits = waits_.get(), ctx, issuedAt,
+              site = debug_log::Site{getRank(), &options_->group_name}, issuer, profilingTitle,
+              groupUid = observed ? getGroupUid() : std::string(), record, group = fr_.get(),
+              algorithm = std::move(algorithm)]() mutable {
+    // Who made whom wait, as the agreement finds it (OpContext::arrival): what the flight
+    // recorder stores with this collective once it is done.
+    Arrival arrival;
     try {
       debug_log::traced(ctx.op, site, issuedAt, [&] {
-        ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
+        const auto now = std::chrono::steady_clock::now();
+        ctx.deadline = now + ctx.timeout;
+        ctx.arrivedNs =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+        arrival.arrivedNs = ctx.arrivedNs;
+        ctx.arrival = &arrival;
         health->raiseIfBroken(ctx.describe());
         flight_recorder::started(record);
         try {
           algorithm(*levels, ctx);
+          if (arrival.known()) {
+            waits->add(arrival.lastRank, arrival.waitedNs);
+          }
         } catch (const c10::DistBackendError&) {
           throw; // the group's failure, or a mismatch every rank raises alike
         } catch (const c10::ValueError&) {
@@ -377,11 +393,14 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
           // group, so every rank on every host raises this, naming this rank.
           health->fail(ctx.describe(), c10::str("failed on ", health->self(), ": ", e.what()));
         }
-        flight_recorder::completed(record);
+        flight_recorder::completed(record, arrival);
       });
     } catch (const c10::DistBackendError& e) {
       flight_recorder::dumpOnFailure(group, e.what()); // before anyone sees the error
       throw;
+    }
+    if (issuer) {
+      recordArrival(*issuer, groupUid, ctx.op.seq, profilingTitle, arrival);
     }
   };
   if (issue.blocking && !observed) {

@@ -160,6 +160,11 @@ class DummyBackend final : public c10d::Backend {
   // Why the group can no longer be used (a dead peer, a timeout, an abort); empty while it can.
   // A failed collective that leaves this empty was a mismatch: the group stays usable.
   std::string brokenReason() const;
+  // Who made whom wait, over the window since the group was made or since the last resetWaits()
+  // (see arrival.hpp): per rank, how often it arrived last and how long this rank waited for it.
+  // All zeros in zero mode (nothing waits there). Any thread.
+  WaitLedger::Totals waitTotals() const;
+  void resetWaits();
 
  private:
   // How a collective was issued: its timeout, and whether the caller waits for it at once
@@ -209,6 +214,14 @@ class DummyBackend final : public c10d::Backend {
       const std::vector<at::Tensor>& outputs,
       std::chrono::milliseconds timeout,
       const SplitSizes& splits = {});
+  // What a collective issued under a profiler needs to record who made whom wait when it
+  // completes (recordArrival); null where nobody listened, and for a host level's steps.
+  struct WaitRecord {
+    at::ThreadLocalState issuer;
+    std::string groupUid;
+    const char* title;
+  };
+  std::shared_ptr<const WaitRecord> waitRecord(bool observed, const char* profilingTitle) const;
   c10::intrusive_ptr<c10d::Work> enqueue(
       const OpDescriptor& op,
       c10d::OpType opType,

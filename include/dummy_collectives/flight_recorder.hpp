@@ -23,6 +23,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 
 namespace dummy_collectives {
@@ -91,6 +92,9 @@ uint64_t recordFlattened(
 // overwritten meanwhile (the ring wrapped) is left alone.
 void started(uint64_t id);
 void completed(uint64_t id);
+// Completed, with who made whom wait (arrival.hpp): the entry's last_arrival and waited_us,
+// where the collective exchanged arrivals (arrival.known()).
+void completed(uint64_t id, const Arrival& arrival);
 
 // torchfrtrace's name of a collective (its COLLECTIVES set).
 const char* opName(CollectiveKind kind);

@@ -39,14 +39,16 @@ enum class DataPath : int32_t {
 // Ranks compare descriptors before touching data, so mismatched calls fail on every rank with a
 // message describing each rank's call, instead of hanging or mixing unrelated buffers.
 struct OpDescriptor {
+  // 64-bit fields first: 48 bytes without padding, so two descriptors and two arrival stamps
+  // share a rank's step-counter line pair (shm_transport.cpp's RankControl).
   uint64_t seq = 0;      // per-group sequence number of the collective (1-based)
+  int64_t numel = 0;     // elements this rank contributes
+  uint64_t layout = 0;   // coalesced: digest of every tensor's dtype and numel, in order
   CollectiveKind kind = CollectiveKind::kBarrier;
   int32_t dtype = -1;    // c10::ScalarType, -1 where the op carries no data
-  int64_t numel = 0;     // elements this rank contributes
   int32_t root = -1;     // root rank, -1 where the op has none
   int32_t reduceOp = -1; // c10d::ReduceOp::RedOpType, -1 where the op does not reduce
   int32_t count = 1;     // tensors per rank (coalesced collectives)
-  uint64_t layout = 0;   // coalesced: digest of every tensor's dtype and numel, in order
   DataPath path = DataPath::kHost; // how the data moves; ranks must agree
 
   bool operator==(const OpDescriptor& other) const;
@@ -57,5 +59,6 @@ struct OpDescriptor {
 };
 
 static_assert(std::is_trivially_copyable_v<OpDescriptor>, "lives in shared memory");
+static_assert(sizeof(OpDescriptor) == 48, "see the field order");
 
 } // namespace dummy_collectives

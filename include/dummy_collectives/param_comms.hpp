@@ -4,8 +4,11 @@
 #include <string>
 #include <vector>
 
+#include <ATen/ThreadLocalState.h>
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <dummy_collectives/arrival.hpp>
 
 namespace dummy_collectives {
 
@@ -29,5 +32,21 @@ void recordParamComms(
     const std::vector<at::Tensor>& inputs,
     const std::vector<at::Tensor>& outputs,
     const SplitSizes& splits = {});
+
+// Who made whom wait, for profilers: where a profiler listened when the collective was issued,
+// its completion records an event "dummy.wait:<collective>" whose args hold `last_arrival` (group
+// rank), `waited_us`, and the `Seq` and `Process Group Name` of the collective's own
+// record_param_comms (so a trace tool can put them on the collective's event: trace.py does).
+// torch.profiler exports a RecordFunction's keyword inputs as args only when it records shapes
+// (profile(record_shapes=True)); without, the event shows with no args.
+//
+// `issuer` is the issuing thread's state (at::ThreadLocalState, taken when it was issued): the
+// profiler's callbacks are thread-local, and the engine thread may complete the collective.
+void recordArrival(
+    const at::ThreadLocalState& issuer,
+    const std::string& groupUid, // c10d::Backend::getGroupUid()
+    uint64_t seq,
+    const char* profilingTitle,
+    const Arrival& arrival);
 
 } // namespace dummy_collectives

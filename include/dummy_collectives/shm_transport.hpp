@@ -9,6 +9,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/shm_segment.hpp>
 #include <dummy_collectives/transport.hpp>
 
@@ -133,6 +134,17 @@ class ShmTransport final : public Transport {
     return hostLevel_.groupRanks.empty() ? r : hostLevel_.groupRanks[r];
   }
 
+  // Who made whom wait in the collective this thread ran last (see arrival.hpp): complete once its
+  // first exchange is done, until the next beginOp(). Read it on the thread that ran the op.
+  const Arrival& arrival() const {
+    return arrival_;
+  }
+  // The window of arrivals of this group's collectives (one entry per collective whose first
+  // exchange completed), indexed by this group's ranks.
+  WaitLedger& waits() {
+    return waits_;
+  }
+
   // Bytes of shared memory a group of `size` ranks maps.
   static size_t segmentBytes(int size, size_t slotBytes);
 
@@ -174,6 +186,8 @@ class ShmTransport final : public Transport {
   // Raises (aborting the group) for a failed read or write of a peer's memory.
   [[noreturn]] void failPeerAccess(int r, const char* what, size_t bytes, int error);
   void checkDescriptors(uint64_t step) const;
+  // After a collective's first exchange: who arrived last, from every rank's arrival stamp.
+  void noteArrivals(uint64_t step);
   [[noreturn]] void fail(const std::string& what);
   [[noreturn]] void failTimedOut(const std::string& waitingFor);
   std::string opContext() const;
@@ -207,6 +221,8 @@ class ShmTransport final : public Transport {
   bool opClockStarted_ = false; // opStart_ and deadline_ hold for the current op
   Clock::time_point opStart_;
   Clock::time_point deadline_;
+  Arrival arrival_;
+  WaitLedger waits_;
 };
 
 } // namespace dummy_collectives

@@ -43,6 +43,13 @@ struct Combine {
 // leaders, not one per rank (the other ranks wait in shared memory, which costs no network and,
 // on a shared machine, no CPU).
 // Returns the combined result (empty without `combine`).
+//
+// On the way it finds who made whom wait (ctx.arrival, where set): every rank's record carries
+// when it arrived (ctx.arrivedNs, its host's steady clock), so after step 1 every rank knows its
+// host's last rank and its own in-host wait; each leader's record names its host's last rank,
+// and the host whose leader sent its record last by the wall clock (sentAtUs) is the last host.
+// A rank's wait: its in-host wait, plus its leader's wait in the cross-host exchange (on the
+// leader's steady clock) unless its host came last. See docs/design.md, "Who made whom wait".
 Bytes agree(
     const Levels& levels,
     const OpContext& ctx,
@@ -73,6 +80,13 @@ class Agreement {
     int32_t writer = -1;       // group rank
     uint64_t payloadBytes = 0;
     int64_t sentAtUs = 0;      // wall clock (microseconds since the epoch) when it crossed hosts
+    // Who made whom wait (arrival.hpp). In a rank's own record: when it arrived, on its host's
+    // steady clock. In a leader's record: the host's last rank (group rank) and when it
+    // arrived. In the leader's verdict to its host: the group's last rank, and how long the
+    // leader waited for the other hosts (0 where this host came last).
+    int64_t arrivedNs = 0;
+    int64_t crossHostWaitNs = 0;
+    int32_t lastRank = -1;
   };
 
  private:
@@ -86,6 +100,13 @@ class Agreement {
   c10::intrusive_ptr<c10d::Work> exchange_; // the leaders' exchange (leaders only)
   at::Tensor leaderRecords_;
   int64_t sentAtUs_ = 0;
+  // Who made whom wait (see agree()): this host's last rank and this rank's wait for it, then
+  // the group's last rank and the wait counted across hosts (the leader's, told to its host).
+  int32_t hostLastRank_ = -1;
+  int64_t inHostWaitNs_ = 0;
+  int64_t exchangeIssuedNs_ = 0; // steady clock, when the leaders' exchange was issued
+  int32_t lastRank_ = -1;
+  int64_t crossHostWaitNs_ = 0;
   bool finished_ = false;
 };
 

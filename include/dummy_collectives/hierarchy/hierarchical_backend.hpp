@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/flight_recorder.hpp>
 #include <dummy_collectives/hierarchy/levels.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
@@ -140,6 +141,14 @@ class HierarchicalBackend final : public c10d::Backend {
   }
   // Why the group can no longer be used; empty while it can.
   std::string brokenReason() const;
+  // Who made whom wait over the window (see DummyBackend::waitTotals): group ranks, this rank's
+  // waits, counted for the collectives that begin with the agreement.
+  WaitLedger::Totals waitTotals() const {
+    return waits_->totals();
+  }
+  void resetWaits() {
+    waits_->reset();
+  }
 
  private:
   struct Issue {
@@ -195,6 +204,7 @@ class HierarchicalBackend final : public c10d::Backend {
   std::shared_ptr<flight_recorder::Group> fr_; // this group in the flight recorder (null: off)
   bool frDescTaken_ = false; // c10d sets the group's description after creation
   uint64_t seq_ = 0;
+  std::unique_ptr<WaitLedger> waits_; // bodies hold it raw: the engine goes first (see submit)
   uint64_t p2pSeq_ = 0;
   int pid_;
 };

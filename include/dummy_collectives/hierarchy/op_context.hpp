@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 
 namespace dummy_collectives::hierarchy {
@@ -22,6 +23,10 @@ struct OpContext {
   int rank = 0; // group rank
   std::chrono::milliseconds timeout{0};
   std::chrono::steady_clock::time_point deadline;
+  // When this rank began the collective, and (the agreement fills it in, where the collective
+  // has one) who the group waited for: see agreement.hpp. Null where nobody asks.
+  int64_t arrivedNs = 0;
+  Arrival* arrival = nullptr;
 
   // The timeout of an in-host step after the collective's first.
   std::chrono::milliseconds followingStepTimeout() const {
