@@ -59,3 +59,35 @@ def test_tutorial_zero_mode_standalone() -> None:
         assert BROADCAST_LINE in lines, proc.stdout
     else:
         assert lines == [CPU_LINE], proc.stdout
+
+
+# --- the "When something goes wrong" examples (README) ----------------------------------------
+
+EXAMPLES = support.REPO_ROOT / "examples"
+
+
+@support.requires_dummy
+def test_skipped_collective_example_names_the_collective_and_the_skipper(tmp_path) -> None:
+    script = EXAMPLES / "skipped_collective.py"
+    proc = support.run_subprocess(
+        [support.sys.executable, str(script), "--dump-dir", str(tmp_path)], _env()
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    out = proc.stdout
+    assert "rank 0: DistBackendError" in out and "timed out" in out, out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank_0", "rank_1", "rank_2"], out
+    # torchfrtrace's verdict on the dumps: the all_reduce that rank 1 never joined.
+    assert "Not all ranks joining collective" in out, out
+    assert "collective: nccl:all_reduce" in out, out
+    assert "missing ranks: {1}" in out, out
+
+
+@support.requires_dummy
+def test_mismatched_collectives_example_names_what_each_rank_called() -> None:
+    script = EXAMPLES / "mismatched_collectives.py"
+    proc = support.run_subprocess([support.sys.executable, str(script)], _env())
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    out = proc.stdout
+    assert "ranks called different collectives" in out, out
+    assert "rank 1: broadcast" in out and "rank 0: allreduce" in out, out
+    assert "then, together: all_reduce -> [3.0, 3.0, 3.0, 3.0]" in out, out
