@@ -105,9 +105,10 @@ def wait_summary(group: dist.ProcessGroup | None = None, *, reset: bool = False)
         _dummy_backend(group, "wait_summary")._reset_waits()
     size = len(times_last)
     mine = torch.tensor([collectives, *times_last, *waited_for_ns], dtype=torch.int64)
-    everyone = torch.empty(dist.get_world_size(group) * mine.numel(), dtype=torch.int64)
-    dist.all_gather_into_tensor(everyone, mine, group=group)
-    rows = everyone.view(-1, mine.numel()).tolist()
+    # The list form: torch 2.13 warns that all_gather_into_tensor is deprecated.
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(everyone, mine, group=group)
+    rows = [row.tolist() for row in everyone]
     # Every rank counts the same last ranks (they read the same arrival stamps, or the same
     # agreement); each knows only its own waits.
     waits_ns = [row[1 + size :] for row in rows]

@@ -6,6 +6,7 @@ backend recorded. Under ``DC_TEST_HOSTS`` the same checks run on the multi-host 
 from __future__ import annotations
 
 import json
+import pickle
 import statistics
 import time
 from pathlib import Path
@@ -47,17 +48,37 @@ def _slow_rounds(slow_rank: int) -> None:
         _collective(round_)
 
 
+def _world_entries() -> list[dict[str, Any]]:
+    """The flight recorder's entries of the default group, on this rank."""
+    import dummy_collectives
+
+    name = dist.group.WORLD.group_name
+    entries = pickle.loads(dummy_collectives.dump_fr_trace())["entries"]
+    return [e for e in entries if e["process_group"][0] == name]
+
+
+def _last_seq() -> int:
+    return max((e["collective_seq_id"] for e in _world_entries()), default=0)
+
+
 def check_summary_names_slow_rank(slow_rank: int) -> Any:
     import dummy_collectives
 
     dist.barrier()  # everyone lined up, then a window of our own on every rank
     dummy_collectives.wait_summary(reset=True)
+    first = _last_seq()
     _slow_rounds(slow_rank)
     summary = dummy_collectives.wait_summary()
+    # The flight recorder's entries of the rounds carry the same: who came last, our wait.
+    recorded = [
+        (e["profiling_name"], e.get("last_arrival"), e.get("waited_us"))
+        for e in _world_entries()
+        if first < e["collective_seq_id"] <= first + ROUNDS
+    ]
     # A reset window holds only the gather that reset it.
     dummy_collectives.wait_summary(reset=True)
     fresh = dummy_collectives.wait_summary()
-    return summary, fresh.collectives, str(summary)
+    return summary, fresh.collectives, str(summary), recorded
 
 
 @pytest.mark.parametrize(("world_size", "slow_rank"), [(2, 1), (4, 2)])
@@ -78,6 +99,15 @@ def test_wait_summary_names_the_slow_rank(
     # Each other rank waited about DELAY_S per round for it (a loaded machine adds, never takes).
     expected_us = (world_size - 1) * ROUNDS * DELAY_S * 1e6
     assert 0.5 * expected_us <= slow.others_waited_us <= 5 * expected_us + 2e6, summary
+    # The flight recorder's entries of the rounds name the slow rank, and each other rank's wait.
+    for rank, result in enumerate(results):
+        recorded = result[3]
+        assert len(recorded) == ROUNDS, (rank, recorded)
+        named = [last for _, last, _ in recorded]
+        assert named.count(slow_rank) >= MOST * ROUNDS, (rank, recorded)
+        if rank != slow_rank:
+            waited = statistics.median(us for _, last, us in recorded if last == slow_rank)
+            assert waited >= 0.5 * DELAY_S * 1e6, (rank, recorded)
     total = sum(r.others_waited_us for r in summary.ranks)
     assert slow.others_waited_us >= MOST * total, summary
     assert slow.waited_us < 0.2 * slow.others_waited_us, summary
