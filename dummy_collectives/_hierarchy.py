@@ -61,6 +61,29 @@ def engine_name(options: Options) -> str:
     return "gloo"
 
 
+# The agreement's record carries inline messages and the reason of a mismatch: below 1 KiB a
+# rank's explanation would be cut off; above 1 MiB every small collective's record is too big.
+INLINE_BYTES_RANGE = (1 << 10, 1 << 20)
+MIN_CHUNK_BYTES = 4096
+
+
+def check_cross_host_options(options: Options) -> None:
+    """Raises ValueError for cross-host settings no group can use (every rank has the same ones:
+    topology.discover checked that first, so every rank raises alike)."""
+    engine_name(options)
+    low, high = INLINE_BYTES_RANGE
+    if not low <= options.inter_host_inline_bytes <= high:
+        raise ValueError(
+            f"dummy_collectives: inter_host_inline_bytes must be between {low} and {high} "
+            f"(DUMMY_COLLECTIVES_INTER_HOST_INLINE_BYTES), not {options.inter_host_inline_bytes}"
+        )
+    if options.inter_host_chunk_bytes < MIN_CHUNK_BYTES:
+        raise ValueError(
+            f"dummy_collectives: inter_host_chunk_bytes must be at least {MIN_CHUNK_BYTES} "
+            f"(DUMMY_COLLECTIVES_INTER_HOST_CHUNK_BYTES), not {options.inter_host_chunk_bytes}"
+        )
+
+
 def create(
     store: dist.Store,
     topology: Topology,
@@ -70,7 +93,7 @@ def create(
     global_ranks: list[int] | None = None,
 ) -> HierarchicalBackend:
     """The backend of ``topology.rank`` in a group that spans hosts."""
-    engine_name(options)
+    check_cross_host_options(options)
     rank, size, host = topology.rank, topology.size, topology.host
     host_backend = DummyBackend(
         dist.PrefixStore(f"{_PREFIX}host{host}/", store),

@@ -24,10 +24,9 @@ ODD_RANK = 3
 TIMEOUT_S = 60  # the group timeout: a rank left waiting would take this long
 
 
-def _rank(rank: int, port: int, results: Any) -> None:
+def _rank(rank: int, port: int, results: Any, env: dict[int, dict[str, str]]) -> None:
     os.environ["DUMMY_COLLECTIVES_HOST_ID"] = f"host{rank // 2}"
-    if rank == ODD_RANK:
-        os.environ["DUMMY_COLLECTIVES_INTER_HOST_CHUNK_BYTES"] = str(64 << 10)
+    os.environ.update(env.get(rank, {}))
     import torch.distributed as dist
 
     import dummy_collectives  # noqa: F401
@@ -48,12 +47,12 @@ def _rank(rank: int, port: int, results: Any) -> None:
     results.put((rank, error, time.monotonic() - start))
 
 
-@support.requires_dummy
-def test_a_setting_that_differs_on_one_rank_fails_every_rank_at_group_creation() -> None:
+def _create_group(env: dict[int, dict[str, str]]) -> dict[int, tuple[str | None, float]]:
+    """Every rank's error (None: the group was made) and how long init_process_group took."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = harness.free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, results)) for r in range(WORLD)]
+    procs = [ctx.Process(target=_rank, args=(r, port, results, env)) for r in range(WORLD)]
     for proc in procs:
         proc.start()
     try:
@@ -66,12 +65,29 @@ def test_a_setting_that_differs_on_one_rank_fails_every_rank_at_group_creation()
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
+    return seen
+
+
+@support.requires_dummy
+def test_a_setting_that_differs_on_one_rank_fails_every_rank_at_group_creation() -> None:
+    seen = _create_group({ODD_RANK: {"DUMMY_COLLECTIVES_INTER_HOST_CHUNK_BYTES": str(64 << 10)}})
+    assert sorted(seen) == list(range(WORLD)), seen
     for rank, (error, seconds) in sorted(seen.items()):
         assert error is not None and error.startswith("ValueError"), (rank, error)
         assert "inter_host_chunk_bytes" in error, (rank, error)
         assert f"rank {ODD_RANK} uses 65536" in error, (rank, error)
         # At once, not after the group timeout.
         assert seconds < TIMEOUT_S / 2, (rank, seconds, error)
+
+
+@support.requires_dummy
+def test_a_cross_host_setting_no_group_can_use_fails_every_rank() -> None:
+    too_small = {"DUMMY_COLLECTIVES_INTER_HOST_INLINE_BYTES": "16"}
+    seen = _create_group({r: too_small for r in range(WORLD)})
+    assert sorted(seen) == list(range(WORLD)), seen
+    for rank, (error, _) in sorted(seen.items()):
+        assert error is not None and error.startswith("ValueError"), (rank, error)
+        assert "inter_host_inline_bytes must be between 1024 and 1048576" in error, (rank, error)
 
 
 if __name__ == "__main__":
