@@ -24,7 +24,7 @@ ODD_RANK = 3
 TIMEOUT_S = 60  # the group timeout: a rank left waiting would take this long
 
 
-def _rank(rank: int, port: int, results: Any, env: dict[int, dict[str, str]]) -> None:
+def _rank(rank: int, port: int, results: Any, env: dict[int, dict[str, str]], done: Any) -> None:
     os.environ["DUMMY_COLLECTIVES_HOST_ID"] = f"host{rank // 2}"
     os.environ.update(env.get(rank, {}))
     import torch.distributed as dist
@@ -45,6 +45,9 @@ def _rank(rank: int, port: int, results: Any, env: dict[int, dict[str, str]]) ->
     except Exception as exc:  # what the test checks
         error = f"{type(exc).__name__}: {exc}"
     results.put((rank, error, time.monotonic() - start))
+    # Rank 0 serves the store: leaving before the others have read every record would break
+    # their reads ("Broken pipe") instead of letting them raise what they found.
+    done.wait(timeout=TIMEOUT_S + 60)
 
 
 def _create_group(env: dict[int, dict[str, str]]) -> dict[int, tuple[str | None, float]]:
@@ -52,7 +55,8 @@ def _create_group(env: dict[int, dict[str, str]]) -> dict[int, tuple[str | None,
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = harness.free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, results, env)) for r in range(WORLD)]
+    done = ctx.Event()
+    procs = [ctx.Process(target=_rank, args=(r, port, results, env, done)) for r in range(WORLD)]
     for proc in procs:
         proc.start()
     try:
@@ -61,6 +65,7 @@ def _create_group(env: dict[int, dict[str, str]]) -> dict[int, tuple[str | None,
             rank, error, seconds = results.get(timeout=TIMEOUT_S + 60)
             seen[rank] = (error, seconds)
     finally:
+        done.set()
         for proc in procs:
             proc.join(timeout=30)
             if proc.is_alive():
