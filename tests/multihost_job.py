@@ -293,7 +293,12 @@ def main() -> None:
     except Exception:
         result["crashed"] = traceback.format_exc()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
-    if scenario not in ("kill", "skip"):  # their groups failed: nothing to tear down in step
+    if scenario == "kill":
+        # The job failed, as a real one whose rank died does: a non-zero exit. With a clean
+        # exit the agent of the host that lost no rank would wait at torchrun's exit barrier
+        # (300 s) for the other host's agent, which failed and never comes.
+        sys.exit(1)
+    if scenario != "skip":  # its group failed: nothing to tear down in step
         dist.destroy_process_group()
 
 
