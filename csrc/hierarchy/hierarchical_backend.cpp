@@ -241,8 +241,9 @@ void HierarchicalBackend::logCreation() const {
          "; CUDA tensors cross hosts staged through host memory");
   DC_LOG(kInfo, me, "cross-host: up to inter_host_inline_bytes ",
          bytes(options_->interHostInlineBytes),
-         " ride with the agreement (one exchange), larger messages are pipelined in at least 4 "
-         "chunks of at most inter_host_chunk_bytes ", bytes(options_->interHostChunkBytes));
+         " ride with the agreement (one exchange), larger messages are pipelined in at least ",
+         two_level::kMinChunks, " chunks of ", bytes(two_level::kMinChunkBytes),
+         " to inter_host_chunk_bytes ", bytes(options_->interHostChunkBytes));
 }
 
 HierarchicalBackend::~HierarchicalBackend() {

@@ -116,15 +116,6 @@ c10::intrusive_ptr<c10d::Work> hostReduce(
   return levels.host->reduce(tensors, opts);
 }
 
-// Pipelines cut a message into at least kMinChunks chunks of at least kMinChunkBytes, at most
-// settings.chunkBytes each: on a link slower than memory the in-host stages of one chunk then
-// hide behind the cross-host stage of another (2 hosts x 2 ranks, 1 Gbit/s links: a 1 MiB
-// allreduce went from 66% to 84% of the link bound with 256 KiB chunks instead of one), while
-// large messages keep large chunks, fewer operations on the engine (unshaped links: 16 MiB in
-// 256 KiB chunks took 41 against 31 ms in 4 MiB chunks).
-constexpr int64_t kMinChunks = 4;
-constexpr size_t kMinChunkBytes = size_t{256} << 10;
-
 // How a message of `numel` elements is cut into pipeline chunks whose element counts are
 // multiples of `granule` (every in-host and cross-host part is then whole). The last chunk may
 // need padding up to a granule: it then works on a zeroed copy (the padding's results are
@@ -373,18 +364,28 @@ void allreduceOnRails(
     at::Tensor shard; // this rank's part of the chunk
   };
   std::vector<State> states(plan.count);
+  const int local = levels.host.rank();
+  bool agreed = agreement == nullptr;
   runPipeline(
       plan.count,
       {[&](int c) {
          State& s = states[c];
          s.buffer = ChunkBuffer(flat, plan, c, /*copyIn=*/true);
-         s.shard = at::empty({plan.padded(c) / L}, flat.options());
+         // The shard is this rank's part of the chunk itself: the reduce-scatter, the
+         // cross-host fold and the all-gather then work in place, and no stage copies it.
+         // But a reduce-scatter issued while the leaders still check that every rank called
+         // this collective must not write the user's tensor: it reduces into scratch, and its
+         // all-gather copies the shard back.
+         const int64_t part = plan.padded(c) / L;
+         s.shard = agreed ? s.buffer.work.narrow(0, local * part, part)
+                          : at::empty({part}, flat.options());
          return waitHost(levels, ctx, hostReduceScatter(levels, ctx, s.shard, s.buffer.work, op));
        },
        [&](int c) {
          if (c == 0 && agreement != nullptr) {
            agreement->finish();
          }
+         agreed = true;
          return across.exchange(c, states[c].shard);
        },
        [&](int c) { return across.fold(c); },
