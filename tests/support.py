@@ -47,6 +47,12 @@ BIG_BYTES = 3 * 2**20
 
 IS_DUMMY = harness.backend_under_test() == "dummy"
 
+# Tests that compare the backend under test with gloo: against gloo they would compare gloo with
+# itself, and their programs include what gloo cannot run (PREMUL_SUM, uneven list all_to_all).
+compares_with_gloo = pytest.mark.skipif(
+    harness.backend_under_test() == "gloo", reason="compares the backend under test with gloo"
+)
+
 requires_dummy = pytest.mark.skipif(
     not IS_DUMMY,
     reason=f"checks dummy-specific behaviour; backend under test is "

@@ -108,15 +108,7 @@ def check_ran_everywhere(job: Job, world: int) -> None:
     assert not job.leftover_shm, job.leftover_shm
 
 
-# The random program compares the backend under test with gloo: against gloo it compares gloo
-# with itself, and its ops include what gloo cannot run (PREMUL_SUM, uneven list all_to_all),
-# as the one-host test_random_program does.
-compares_with_gloo = pytest.mark.skipif(
-    not support.IS_DUMMY, reason="compares the backend under test with gloo"
-)
-
-
-@compares_with_gloo
+@support.compares_with_gloo
 def test_random_program_matches_gloo_on_2_hosts_of_2(hosts) -> None:
     job = run_job(hosts, "random_program", "5", "300")
     check_ran_everywhere(job, 4)
@@ -129,7 +121,7 @@ def test_random_program_matches_gloo_on_2_hosts_of_2(hosts) -> None:
     assert all(job.results[r]["compared"] > 100 for r in range(4)), job.results
 
 
-@compares_with_gloo
+@support.compares_with_gloo
 def test_random_program_matches_gloo_on_uneven_hosts_not_numbered_in_order(hosts) -> None:
     # 3 ranks + 1, the first host's ranks not contiguous: the leaders carry the cross-host
     # stage, and the program's subgroup (ranks 0 and 2) spans both hosts.

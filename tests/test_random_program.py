@@ -35,9 +35,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch.distributed import ReduceOp
 
-pytestmark = pytest.mark.skipif(
-    harness.backend_under_test() == "gloo", reason="compares the backend under test with gloo"
-)
+pytestmark = support.compares_with_gloo
 
 WORLD_SIZE = 3
 N_OPS = 800  # per seed
