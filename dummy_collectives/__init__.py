@@ -12,16 +12,29 @@ import atexit
 import torch  # noqa: F401  (loads libtorch, which the extension links against)
 import torch.distributed  # noqa: F401  (registers the c10d types the extension derives from)
 
-from dummy_collectives._C import (
-    DummyBackend,
-    Options,
-    _flush_at_exit,
-    cross_memory_copy_speed,
-    reduce_capability,
+from dummy_collectives._torch_check import load_extension_error, require_matching_torch
+from dummy_collectives._version import __version__
+
+require_matching_torch()  # before _C: a mismatched torch fails there with an undefined symbol
+
+try:
+    from dummy_collectives._C import (
+        DummyBackend,
+        Options,
+        _flush_at_exit,
+        cross_memory_copy_speed,
+        reduce_capability,
+    )
+except ImportError as error:
+    raise load_extension_error(error) from error
+from dummy_collectives._registration import BACKEND_NAME, register  # noqa: E402
+from dummy_collectives._waits import (  # noqa: E402
+    RankWaits,
+    WaitSummary,
+    reset_wait_summary,
+    wait_summary,
 )
-from dummy_collectives._registration import BACKEND_NAME, register
-from dummy_collectives._waits import RankWaits, WaitSummary, reset_wait_summary, wait_summary
-from dummy_collectives.flight_recorder import dump_fr_trace, dump_fr_trace_json
+from dummy_collectives.flight_recorder import dump_fr_trace, dump_fr_trace_json  # noqa: E402
 
 __all__ = [
     "BACKEND_NAME",
@@ -29,6 +42,7 @@ __all__ = [
     "Options",
     "RankWaits",
     "WaitSummary",
+    "__version__",
     "cross_memory_copy_speed",
     "dump_fr_trace",
     "dump_fr_trace_json",
