@@ -3,13 +3,15 @@
 # the CUDA toolkit, as setup.py's CUDAExtension (DUMMY_COLLECTIVES_WITH_CUDA defined), and
 # imports it. Needs nvcc, not a GPU.
 #
-# The torch goes into a virtualenv, $DC_CUDA_VENV or .venv-cuda (about 5.5 GB; made if missing,
-# reused after), the build into a temporary copy of the tree (tracked and untracked files, not
-# ignored ones), so the CPU build's in-place _C is left alone.
-# .ci/run calls this when DC_CI_CUDA_BUILD=1.
+# The torch goes into a virtualenv outside the clone, $DC_CUDA_VENV or
+# /var/tmp/dummy_collectives-ci/venv-cuda-torch-2.14.1 (about 5.5 GB; made if missing, reused
+# after), the build into a temporary copy of the tree (tracked and untracked files, not ignored
+# ones), so the CPU build's in-place _C is left alone.
+# .ci/run calls this when DC_CI_CUDA_BUILD=1 (by default its torch 2.15 stage compiles the CUDA
+# sources instead).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-venv=${DC_CUDA_VENV:-$repo/.venv-cuda}
+venv=${DC_CUDA_VENV:-/var/tmp/dummy_collectives-ci/venv-cuda-torch-2.14.1}
 torch_spec=torch==2.14.1
 
 # torch takes CUDA_HOME, else the parent of the nvcc on PATH, which can be a wrapper script
@@ -20,6 +22,7 @@ fi
 echo "CUDA_HOME=${CUDA_HOME:-(unset)}"
 
 SECONDS=0
+mkdir -p "$(dirname "$venv")"
 [[ -x $venv/bin/python ]] || python -m venv "$venv"
 "$venv/bin/python" -m pip install --progress-bar off "$torch_spec" ninja numpy
 "$venv/bin/python" -c 'import torch; assert torch.version.cuda, torch.__version__
@@ -36,7 +39,7 @@ SECONDS=0
 build_s=$SECONDS
 
 # setup.py chose CUDAExtension: the define is in the compile flags.
-if ! grep -q -- '-DDUMMY_COLLECTIVES_WITH_CUDA=1' "$work"/build/temp.*/build.ninja; then
+if ! grep -q -- '-DDUMMY_COLLECTIVES_WITH_CUDA=1' "$work"/build/objects-*/build.ninja; then
   echo "setup.py did not make a CUDA build (no -DDUMMY_COLLECTIVES_WITH_CUDA=1); CUDA_HOME?" >&2
   exit 1
 fi

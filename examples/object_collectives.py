@@ -154,7 +154,9 @@ def groups(failures: list[str], rounds: int = 5) -> dict[str, int]:
     for _, group in live:
         dist.destroy_process_group(group)
 
-    # Local synchronization: only the members call new_group.
+    # Local synchronization: only the members call new_group. The last group this makes: on
+    # torch 2.15 it advances the members' group counter only, so a later plain new_group() would
+    # be named differently on rank 2 and wait for ever, whatever the backend.
     if rank < 2:
         local = dist.new_group([0, 1], use_local_synchronization=True)
         counts["groups"] += 1

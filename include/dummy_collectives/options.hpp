@@ -4,6 +4,7 @@
 #include <string>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/version.h>
 
 namespace dummy_collectives {
 
@@ -23,6 +24,15 @@ std::string parseInterHost(const std::string& text);
 // environment variables, read once here, so the environment and pg_options cannot disagree later.
 struct BackendOptions : c10d::Backend::Options {
   BackendOptions();
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+  // torch 2.15 copies a backend's options where it makes a child group from them (split, merge)
+  // through this virtual: without it the copy would be sliced to c10d's fields, and torch would
+  // then share this object instead of copying it.
+  c10::intrusive_ptr<c10d::Backend::Options> clone() const override {
+    return c10::make_intrusive<BackendOptions>(*this);
+  }
+#endif
 
   Mode mode = Mode::kReal;
   // Bytes of one rank's shared-memory slot for one pipeline stage; each rank has two (double
