@@ -133,6 +133,7 @@ std::shared_ptr<Group> registerGroup(
   }
   group->globalRank = static_cast<int>(globalRanks[groupRank]);
   ring.addGroup(group);
+  dumpOnSigterm(group.get()); // the ring keeps the group for the process's life
   return group;
 }
 

@@ -4,6 +4,8 @@
 #include "flight_recorder_ring.hpp"
 
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
 
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
@@ -121,6 +123,23 @@ c10::Dict<c10::IValue, c10::IValue> entryDict(
   return dict;
 }
 
+// torch's writer creates its default folder (~/.cache/torch) but not the folder of a prefix
+// given in TORCH_FR_DUMP_TEMP_FILE, and a dump into a missing folder is lost: the README's recipe
+// (`TORCH_FR_DUMP_TEMP_FILE=/tmp/fr/rank_ torchrun ...`) names a folder nobody made.
+void createDumpFolder() {
+  for (const char* name : {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}) {
+    const char* prefix = std::getenv(name);
+    if (prefix != nullptr && *prefix != '\0') {
+      const auto folder = std::filesystem::path(prefix).parent_path();
+      std::error_code ignored; // a folder that cannot be made: the writer reports the failure
+      if (!folder.empty()) {
+        std::filesystem::create_directories(folder, ignored);
+      }
+      return; // the first one set is the one torch reads
+    }
+  }
+}
+
 } // namespace
 
 std::string dumpPickle(bool includeCollectives, bool includeStackTraces, bool onlyActive) {
@@ -176,6 +195,7 @@ void dumpOnFailure(const Group* group, const std::string& why) {
     // torch's writer: TORCH_FR_DUMP_TEMP_FILE (or TORCH_NCCL_DEBUG_INFO_TEMP_FILE) + rank, its
     // default prefix where unset, or the writer a user registered (DebugInfoWriter::
     // registerWriter). The first caller in the process fixes the rank, as in torch.
+    createDumpFolder();
     c10d::DebugInfoWriter& writer = c10d::DebugInfoWriter::getWriter(group->globalRank);
     writer.write(dump);
     DC_LOG(kInfo, group->globalRank, "flight recorder: wrote its dump (",

@@ -91,3 +91,24 @@ def test_mismatched_collectives_example_names_what_each_rank_called() -> None:
     assert "ranks called different collectives" in out, out
     assert "rank 1: broadcast" in out and "rank 0: allreduce" in out, out
     assert "then, together: all_reduce -> [3.0, 3.0, 3.0, 3.0]" in out, out
+
+
+@support.requires_dummy
+def test_hung_rank_under_torchrun_every_rank_dumps_and_torchfrtrace_names_it(tmp_path) -> None:
+    """The README's recipe as written: torchrun stops the hung rank with SIGTERM once the others
+    failed, and that rank writes its dump first (before, torchfrtrace said "Missing dump files
+    from ranks {1}" and gave no verdict)."""
+    prefix = "rank_"
+    env = _env(TORCH_FR_DUMP_TEMP_FILE=str(tmp_path / "fr" / prefix))
+    proc = support.run_subprocess(
+        support.torchrun_command(3, EXAMPLES / "hung_rank.py", "--hung-rank", "1"), env
+    )
+    report = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode != 0, report  # the job failed: two ranks timed out
+    assert "rank 1: stuck" in proc.stdout, report
+    dumps = sorted(p.name for p in (tmp_path / "fr").iterdir())
+    assert dumps == [f"{prefix}{r}" for r in range(3)], (dumps, report)
+    output = support.torchfrtrace(tmp_path / "fr", prefix)
+    assert "Not all ranks joining collective, sequence number: 4" in output, output
+    assert "collective: nccl:all_reduce" in output, output
+    assert "missing ranks: {1}" in output, output

@@ -111,6 +111,11 @@ std::string dumpPickle(bool includeCollectives, bool includeStackTraces, bool on
 // Never throws. `why` goes to the debug log.
 void dumpOnFailure(const Group* group, const std::string& why);
 
+// Where a dump file is asked for (TORCH_FR_DUMP_TEMP_FILE set), makes SIGTERM write this
+// process's dump (dumpOnFailure, naming `group`'s rank) before it ends the process, as it would
+// have; once per process, and only where SIGTERM has no handler yet (flight_recorder_signal.cpp).
+void dumpOnSigterm(const Group* group);
+
 // Calls dumpOnFailure() if `error` is a c10::DistBackendError (a group's failure or a mismatch;
 // bad arguments and other errors are not).
 void dumpIfGroupFailure(const Group* group, const std::exception_ptr& error);
