@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,13 @@ def main(out_dir: str) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", default=".", help="where rank 0 writes the log and JSON")
+    parser.add_argument(
+        "--out-dir",
+        # Not the current folder (often the repo): one folder under the temp dir that every
+        # rank names alike, under torchrun too.
+        default=str(Path(tempfile.gettempdir(), "dummy_collectives-commdebug_tp")),
+        help="where rank 0 writes the log and JSON",
+    )
     parser.add_argument("--world-size", type=int, default=2, help="ranks to spawn (no torchrun)")
     cli = parser.parse_args()
     launch(main, cli.world_size, cli.out_dir)

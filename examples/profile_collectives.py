@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,13 @@ def main(out_dir: str) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", default=".", help="where the traces go")
+    parser.add_argument(
+        "--out-dir",
+        # Not the current folder (often the repo): one folder under the temp dir that every
+        # rank names alike, under torchrun too.
+        default=str(Path(tempfile.gettempdir(), "dummy_collectives-profile_collectives")),
+        help="where the traces go",
+    )
     parser.add_argument("--world-size", type=int, default=2, help="ranks to spawn (no torchrun)")
     cli = parser.parse_args()
     launch(main, cli.world_size, cli.out_dir)
