@@ -128,6 +128,22 @@ class RecordedWork final : public c10d::Work {
   flight_recorder::Group* group_;
 };
 
+// A collective of the group running on this rank, for the store watcher (GroupHealth).
+class InFlight {
+ public:
+  explicit InFlight(GroupHealth& health) : health_(health) {
+    health_.collectiveBegins();
+  }
+  ~InFlight() {
+    health_.collectiveEnds();
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  GroupHealth& health_;
+};
+
 // gloo takes tags from 0 up; dummy's own messages (the monitored barrier's) use negative ones,
 // which go to the top of gloo's range instead, far from any tag user code counts up to.
 int engineTag(int tag) {
@@ -377,6 +393,7 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
             std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
         arrival.arrivedNs = ctx.arrivedNs;
         ctx.arrival = &arrival;
+        const InFlight inFlight(*health); // the host's watcher asks the store meanwhile
         health->raiseIfBroken(ctx.describe());
         flight_recorder::started(record);
         try {
