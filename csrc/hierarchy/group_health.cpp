@@ -162,7 +162,7 @@ std::string GroupHealth::markFailed(const std::string& reason) {
       return reason_; // already failed: keep the first reason
     }
     if (storeUnreachable()) {
-      // Known gone: another request would only wait for the client's retries.
+      // Known gone: another request would only fail again, with another warning.
       winner = c10::str(reason, " (the group's store could not be reached earlier, so the other "
                         "hosts cannot be told)");
     } else {

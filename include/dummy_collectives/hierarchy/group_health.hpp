@@ -75,9 +75,9 @@ class GroupHealth {
   // that cannot be reached is a reason ("the group's store became unreachable") unless
   // `unreachableIsFailure` is false: the watcher and long waits poll it while the job may be
   // ending (the store's host leaves after its last collective), and a wait that stalls finds
-  // out at its deadline. Once the store could not be reached, nothing asks it again but a rank
-  // that publishes a failure (storeUnreachable()): every request to a store that is gone costs
-  // its client's retries and a warning with a C++ stack on stderr.
+  // out at its deadline. Once the store could not be reached nothing asks it again, not even to
+  // publish a failure (storeUnreachable()): a TCPStore client logs a warning with a C++ stack on
+  // stderr for every request to a store that is gone.
   std::optional<std::string> published(bool unreachableIsFailure = true) const;
   // Like published(), but waits up to `patience` for a reason to appear; none once the store
   // cannot be reached.
