@@ -244,14 +244,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::optional<c10::intrusive_ptr<c10d::Backend>> rail,
                       c10::intrusive_ptr<c10d::Backend> everyone,
                       const std::string& groupName,
-                      std::vector<int64_t> globalRanks) {
+                      std::vector<int64_t> globalRanks,
+                      std::vector<int> peerPids) {
             auto own = groupOptions(*options, timeout, groupName);
             return c10::make_intrusive<HierarchicalBackend>(
                 store,
                 rank,
                 size,
                 own,
-                Topology(rank, std::move(hosts), std::move(hostNames), std::move(hostAddresses)),
+                Topology(
+                    rank, std::move(hosts), std::move(hostNames), std::move(hostAddresses),
+                    std::move(peerPids)),
                 std::move(hostBackend),
                 rail ? *rail : c10::intrusive_ptr<c10d::Backend>(),
                 std::move(everyone),
@@ -270,6 +273,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("everyone"),
           py::arg("group_name") = std::string(),
           py::arg("global_ranks") = std::vector<int64_t>(),
+          py::arg("peer_pids") = std::vector<int>(),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "hosts",

@@ -122,6 +122,7 @@ def create(
         hosts=[list(ranks) for ranks in topology.hosts],
         host_names=list(topology.host_names),
         host_addresses=list(topology.host_addresses),
+        peer_pids=list(topology.pids),
         host_backend=host_backend,
         rail=rail,
         everyone=everyone,

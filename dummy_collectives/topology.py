@@ -31,6 +31,10 @@ class HostIdentity:
     hostname: str
     address: str  # the address cross-host engines (gloo) bind to, for error messages
     machine: str  # the kernel's boot id: hosts made of namespaces share a machine's CPUs
+    pid: int = 0
+    # The kernel's boot id and the pid namespace: ranks that share it see each other's pids,
+    # whatever their host (simulated hosts, namespaces that share the pid namespace).
+    processes: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +46,9 @@ class Topology:
     host_names: tuple[str, ...]
     host_addresses: tuple[str, ...]
     ranks_on_machine: int  # ranks of the group on this rank's machine, whatever their host
+    # Each rank's pid where this rank can see its process (it shares the pid namespace), else 0:
+    # a cross-host failure can then name a dead peer even when its host has no other rank.
+    pids: tuple[int, ...] = ()
 
     @property
     def size(self) -> int:
@@ -103,13 +110,15 @@ def this_host() -> HostIdentity:
     """
     with open("/proc/sys/kernel/random/boot_id") as boot:
         boot_id = boot.read().strip()
+    pid_namespace = os.stat("/proc/self/ns/pid").st_ino
+    processes = f"{boot_id}/pidns:{pid_namespace}"
+    pid = os.getpid()
     forced = os.environ.get("DUMMY_COLLECTIVES_HOST_ID", "")
     if forced:
-        return HostIdentity(f"id:{forced}", forced, _engine_address(), boot_id)
+        return HostIdentity(f"id:{forced}", forced, _engine_address(), boot_id, pid, processes)
     shm = os.stat("/dev/shm")
-    pid_namespace = os.stat("/proc/self/ns/pid").st_ino
     key = f"{boot_id}/shm:{shm.st_dev}:{shm.st_ino}/pidns:{pid_namespace}"
-    return HostIdentity(key, socket.gethostname(), _engine_address(), boot_id)
+    return HostIdentity(key, socket.gethostname(), _engine_address(), boot_id, pid, processes)
 
 
 def discover(
@@ -168,10 +177,15 @@ def _group_by_host(rank: int, identities: Sequence[HostIdentity]) -> Topology:
         by_key.setdefault(identity.key, []).append(r)  # ranks ascend; dicts keep first-seen order
     hosts = tuple(tuple(ranks) for ranks in by_key.values())
     machine = identities[rank].machine
+    processes = identities[rank].processes
     return Topology(
         rank=rank,
         hosts=hosts,
         host_names=tuple(identities[ranks[0]].hostname for ranks in hosts),
         host_addresses=tuple(identities[ranks[0]].address for ranks in hosts),
         ranks_on_machine=sum(1 for identity in identities if identity.machine == machine),
+        pids=tuple(
+            identity.pid if processes and identity.processes == processes else 0
+            for identity in identities
+        ),
     )

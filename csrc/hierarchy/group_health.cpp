@@ -1,6 +1,7 @@
 #include <dummy_collectives/hierarchy/group_health.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include <c10/util/Exception.h>
@@ -16,7 +17,67 @@ std::vector<uint8_t> bytesOf(const std::string& text) {
   return {text.begin(), text.end()};
 }
 
+// "[path/file.cc:123] " (gloo's GLOO_ERROR_MSG prefix) and the like: a bracket holding a
+// source file's name and line.
+bool isSourceLocation(const std::string& bracketed) {
+  const size_t colon = bracketed.rfind(':');
+  if (colon == std::string::npos || colon + 1 == bracketed.size()) {
+    return false;
+  }
+  for (size_t i = colon + 1; i < bracketed.size(); ++i) {
+    if (bracketed[i] < '0' || bracketed[i] > '9') {
+      return false;
+    }
+  }
+  const std::string file = bracketed.substr(0, colon);
+  for (const char* suffix : {".cc", ".cpp", ".c", ".h", ".hpp", ".cu"}) {
+    const size_t n = std::strlen(suffix);
+    if (file.size() > n && file.compare(file.size() - n, n, suffix) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 } // namespace
+
+std::string errorText(const std::exception& e) {
+  const auto* c10Error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10Error != nullptr ? c10Error->what_without_backtrace() : e.what();
+  // c10 appends its stack after the message's first line ("Exception raised from ...").
+  const size_t stack = text.find("\nException raised from");
+  if (stack != std::string::npos) {
+    text.resize(stack);
+  }
+  const size_t frames = text.find("\nframe #");
+  if (frames != std::string::npos) {
+    text.resize(frames);
+  }
+  std::string out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t open = text.find('[', at);
+    const size_t close = open == std::string::npos ? open : text.find(']', open);
+    if (close == std::string::npos) {
+      out += text.substr(at);
+      break;
+    }
+    if (isSourceLocation(text.substr(open + 1, close - open - 1))) {
+      out += text.substr(at, open - at);
+      at = close + 1;
+      while (at < text.size() && text[at] == ' ') {
+        ++at;
+      }
+    } else {
+      out += text.substr(at, close + 1 - at);
+      at = close + 1;
+    }
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) {
+    out.pop_back();
+  }
+  return out;
+}
 
 GroupHealth::GroupHealth(
     c10::intrusive_ptr<c10d::Store> store,
@@ -50,10 +111,19 @@ GroupHealth::~GroupHealth() {
 
 void GroupHealth::watchLoop() {
   std::unique_lock<std::mutex> lock(watchMu_);
-  while (!stopWatching_ && !broken_.load(std::memory_order_acquire)) {
+  uint64_t seen = 0; // collectives begun when the store was last asked
+  // A store that cannot be reached is gone for good (its host left after its last collective,
+  // or died): nothing can be published there any more, so there is nothing left to watch, and
+  // asking again would only fill stderr.
+  while (!stopWatching_ && !broken_.load(std::memory_order_acquire) && !storeUnreachable()) {
     if (watchCv_.wait_for(lock, watchPeriod_, [&] { return stopWatching_; })) {
       break;
     }
+    const uint64_t begun = begun_.load(std::memory_order_relaxed);
+    if (begun == seen && inFlight_.load(std::memory_order_relaxed) == 0) {
+      continue; // idle: leave the store alone
+    }
+    seen = begun;
     lock.unlock();
     if (auto reason = published(/*unreachableIsFailure=*/false)) {
       markFailed(*reason);
@@ -91,16 +161,24 @@ std::string GroupHealth::markFailed(const std::string& reason) {
     if (broken_.load(std::memory_order_relaxed)) {
       return reason_; // already failed: keep the first reason
     }
-    try {
-      // compareSet with an empty expected value sets a missing key and returns what is stored.
-      std::vector<uint8_t> stored = store_->compareSet(kFailureKey, {}, bytesOf(reason));
-      if (!stored.empty()) {
-        winner.assign(stored.begin(), stored.end());
+    if (storeUnreachable()) {
+      // Known gone: another request would only fail again, with another warning.
+      winner = c10::str(reason, " (the group's store could not be reached earlier, so the other "
+                        "hosts cannot be told)");
+    } else {
+      try {
+        // compareSet with an empty expected value sets a missing key and returns what is
+        // stored.
+        std::vector<uint8_t> stored = store_->compareSet(kFailureKey, {}, bytesOf(reason));
+        if (!stored.empty()) {
+          winner.assign(stored.begin(), stored.end());
+        }
+      } catch (const std::exception& e) {
+        // The store is gone (its host died): every rank reports what it saw itself.
+        storeUnreachable_.store(true, std::memory_order_release);
+        winner = c10::str(reason, " (the group's store was unreachable to tell the other hosts: ",
+                          errorText(e), ")");
       }
-    } catch (const std::exception& e) {
-      // The store is gone (its host died): every rank reports what it saw itself.
-      winner = c10::str(reason, " (the store was unreachable to tell the other hosts: ",
-                        e.what(), ")");
     }
     reason_ = winner;
     broken_.store(true, std::memory_order_release);
@@ -122,20 +200,24 @@ std::optional<std::string> GroupHealth::published(bool unreachableIsFailure) con
     std::vector<uint8_t> stored = store_->get(kFailureKey);
     return std::string(stored.begin(), stored.end());
   } catch (const std::exception& e) {
+    storeUnreachable_.store(true, std::memory_order_release);
     if (!unreachableIsFailure) {
       return std::nullopt;
     }
-    return c10::str("the group's store became unreachable (", e.what(), ")");
+    return c10::str("the group's store became unreachable (", errorText(e), ")");
   }
 }
 
 std::optional<std::string> GroupHealth::awaitPublished(std::chrono::milliseconds patience) const {
   const auto deadline = std::chrono::steady_clock::now() + patience;
   for (;;) {
-    if (auto reason = published()) {
+    if (storeUnreachable()) {
+      return std::nullopt;
+    }
+    if (auto reason = published(/*unreachableIsFailure=*/false)) {
       return reason;
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (storeUnreachable() || std::chrono::steady_clock::now() >= deadline) {
       return std::nullopt;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

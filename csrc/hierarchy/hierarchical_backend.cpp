@@ -21,6 +21,7 @@
 #include <dummy_collectives/exit_registry.hpp>
 #include <dummy_collectives/flight_recorder.hpp>
 #include <dummy_collectives/hierarchy/agreement.hpp>
+#include <dummy_collectives/hierarchy/cross_host_p2p.hpp>
 #include <dummy_collectives/hierarchy/two_level.hpp>
 #include <dummy_collectives/monitored_barrier.hpp>
 #include <dummy_collectives/param_comms.hpp>
@@ -128,6 +129,22 @@ class RecordedWork final : public c10d::Work {
   flight_recorder::Group* group_;
 };
 
+// A collective of the group running on this rank, for the store watcher (GroupHealth).
+class InFlight {
+ public:
+  explicit InFlight(GroupHealth& health) : health_(health) {
+    health_.collectiveBegins();
+  }
+  ~InFlight() {
+    health_.collectiveEnds();
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  GroupHealth& health_;
+};
+
 // gloo takes tags from 0 up; dummy's own messages (the monitored barrier's) use negative ones,
 // which go to the top of gloo's range instead, far from any tag user code counts up to.
 int engineTag(int tag) {
@@ -196,6 +213,7 @@ HierarchicalBackend::HierarchicalBackend(
   for (int r = 0; r < size; ++r) {
     all[r] = r;
   }
+  p2p_ = std::make_unique<CrossHostP2P>(everyone, rank);
   everyone_ = std::make_unique<InterHostEngine>(std::move(everyone), all, topology_, *health_);
   HierarchySettings settings;
   settings.inlineBytes = options_->interHostInlineBytes;
@@ -252,6 +270,7 @@ HierarchicalBackend::~HierarchicalBackend() {
     new std::shared_ptr<Engine>(std::move(engine_));
     new std::unique_ptr<InterHostEngine>(std::move(rail_));
     new std::unique_ptr<InterHostEngine>(std::move(everyone_));
+    new std::unique_ptr<CrossHostP2P>(std::move(p2p_));
     new std::unique_ptr<GroupHealth>(std::move(health_)); // its watcher thread is the parent's
     new c10::intrusive_ptr<DummyBackend>(std::move(hostBackend_));
     return;
@@ -263,6 +282,7 @@ HierarchicalBackend::~HierarchicalBackend() {
     // destructor would join a thread still blocked in it. The process's exit closes it.
     new std::unique_ptr<InterHostEngine>(std::move(rail_));
     new std::unique_ptr<InterHostEngine>(std::move(everyone_));
+    new std::unique_ptr<CrossHostP2P>(std::move(p2p_));
   }
 }
 
@@ -377,6 +397,7 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
             std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
         arrival.arrivedNs = ctx.arrivedNs;
         ctx.arrival = &arrival;
+        const InFlight inFlight(*health); // the host's watcher asks the store meanwhile
         health->raiseIfBroken(ctx.describe());
         flight_recorder::started(record);
         try {
@@ -787,8 +808,8 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::send(
   }
   health_->raiseIfBroken(c10::str("dummy send to rank ", dstRank, " on rank ", getRank()));
   // The engine sends from contiguous host memory; the Work keeps the copy alive.
-  std::vector<at::Tensor> host{tensors[0].to(at::kCPU).contiguous()};
-  return recorded((*everyone_)->send(host, dstRank, engineTag(tag)), record);
+  const at::Tensor host = tensors[0].to(at::kCPU).contiguous();
+  return recorded(p2p_->send(host, dstRank, static_cast<uint32_t>(engineTag(tag))), record);
 }
 
 c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recorded(
@@ -810,13 +831,13 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::recv(
   }
   health_->raiseIfBroken(c10::str("dummy recv from rank ", srcRank, " on rank ", getRank()));
   const at::Tensor& user = tensors[0];
+  const auto engineTagged = static_cast<uint32_t>(engineTag(tag));
   if (user.is_cpu() && user.is_contiguous()) {
-    return recorded((*everyone_)->recv(tensors, srcRank, engineTag(tag)), record);
+    return recorded(p2p_->recv(user, srcRank, engineTagged), record);
   }
-  std::vector<at::Tensor> host{at::empty(user.sizes(), user.options().device(at::kCPU))};
+  at::Tensor host = at::empty(user.sizes(), user.options().device(at::kCPU));
   return recorded(
-      c10::make_intrusive<StagedRecvWork>(
-          (*everyone_)->recv(host, srcRank, engineTag(tag)), user, host[0]),
+      c10::make_intrusive<StagedRecvWork>(p2p_->recv(host, srcRank, engineTagged), user, host),
       record);
 }
 

@@ -126,7 +126,8 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
         }
         // This host's leader watches the store for the others; if it died, nobody does. A
         // wait that lasts asks the store itself (a round trip every kStorePollPeriod).
-        if (now - start >= kStorePollAfter && now >= nextStorePoll) {
+        if (now - start >= kStorePollAfter && now >= nextStorePoll &&
+            !health_.storeUnreachable()) {
           if (auto published = health_.published(/*unreachableIsFailure=*/false)) {
             health_.fail(ctx.describe(), *published);
           }
@@ -145,28 +146,76 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
     // A peer's connection closed or the engine gave up. If the rank that failed is dead, its
     // host peers see that within their liveness period and publish it, naming it: prefer that.
     auto reason = health_.awaitPublished(kReasonPatience);
-    health_.fail(ctx.describe(), reason ? *reason : describeFailure(e.what()));
+    health_.fail(ctx.describe(), reason ? *reason : describeFailure(errorText(e)));
   }
 }
 
+namespace {
+
+// gloo names the peer of a failed connection by its address: "Connection closed by peer
+// [10.0.0.2]:4567. This is typically caused by ...". The address, or "" (source locations,
+// "[pair.cc:553]", are gone by now: errorText).
+std::string peerAddress(const std::string& engineError) {
+  size_t at = 0;
+  while ((at = engineError.find('[', at)) != std::string::npos) {
+    const size_t close = engineError.find(']', at);
+    if (close == std::string::npos) {
+      break;
+    }
+    if (close + 1 < engineError.size() && engineError[close + 1] == ':') {
+      return engineError.substr(at + 1, close - at - 1);
+    }
+    at = close;
+  }
+  return {};
+}
+
+} // namespace
+
 std::string InterHostEngine::describeFailure(const std::string& engineError) const {
-  // gloo names the peer by address: "Connection closed by peer [10.0.0.2]:4567".
-  std::string peer;
-  const size_t open = engineError.find('[');
-  const size_t close = engineError.find(']', open == std::string::npos ? 0 : open);
-  if (open != std::string::npos && close != std::string::npos) {
-    const int host = topology_.hostAt(engineError.substr(open + 1, close - open - 1));
-    for (const int member : members_) {
-      if (host >= 0 && topology_.hostOf(member) == host) {
-        peer = topology_.describeRank(member);
+  std::vector<int> others;
+  for (const int member : members_) {
+    if (member != topology_.rank()) {
+      others.push_back(member);
+    }
+  }
+  // Members whose process this rank can see to have ended (ranks of this machine on hosts of
+  // their own: simulated hosts); else the members on the host at gloo's address, when that
+  // names one host.
+  std::vector<int> suspects;
+  for (const int member : others) {
+    if (topology_.processEnded(member)) {
+      suspects.push_back(member);
+    }
+  }
+  const int host = topology_.hostAt(peerAddress(engineError));
+  if (suspects.empty() && host >= 0 && host != topology_.host()) {
+    for (const int member : others) {
+      if (topology_.hostOf(member) == host) {
+        suspects.push_back(member);
       }
     }
   }
+  std::string peer = "a rank on another host";
+  if (suspects.size() == 1) {
+    peer = topology_.describeRank(suspects[0]);
+    if (topology_.processEnded(suspects[0])) {
+      peer += c10::str(", whose process (pid ", topology_.pidOf(suspects[0]), ") has ended");
+    }
+  } else if (!suspects.empty() && host >= 0) {
+    peer = c10::str("a rank of ", topology_.describeHost(host));
+  } else if (!suspects.empty()) {
+    std::vector<std::string> named;
+    for (const int member : suspects) {
+      named.push_back(topology_.describeRank(member));
+    }
+    peer = c10::str("one of ", c10::Join(", ", named), ", whose processes have ended");
+  }
+  // gloo's first sentence ("Connection closed by peer [10.0.0.2]:4567"): the rest is advice.
+  const std::string what = engineError.substr(0, engineError.find(". "));
   return c10::str(
-      "lost the cross-host connection to ",
-      peer.empty() ? std::string("a rank on another host") : peer,
-      " (its process or host died, or the network failed; nobody reported a cause): ",
-      engineError);
+      "lost the cross-host connection to ", peer,
+      " (its process or host died, or the network failed; nobody reported a cause): ", what);
 }
 
 } // namespace dummy_collectives::hierarchy

@@ -1,6 +1,11 @@
 #include <dummy_collectives/hierarchy/topology.hpp>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <iterator>
 
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
@@ -11,11 +16,13 @@ Topology::Topology(
     int rank,
     std::vector<std::vector<int>> hosts,
     std::vector<std::string> hostNames,
-    std::vector<std::string> hostAddresses)
+    std::vector<std::string> hostAddresses,
+    std::vector<int> pids)
     : rank_(rank),
       hosts_(std::move(hosts)),
       names_(std::move(hostNames)),
-      addresses_(std::move(hostAddresses)) {
+      addresses_(std::move(hostAddresses)),
+      pids_(std::move(pids)) {
   TORCH_CHECK(
       !hosts_.empty() && names_.size() == hosts_.size() && addresses_.size() == hosts_.size(),
       "dummy_collectives: a topology needs a name and an address per host");
@@ -23,6 +30,9 @@ Topology::Topology(
   for (const auto& ranks : hosts_) {
     size += ranks.size();
   }
+  TORCH_CHECK(
+      pids_.empty() || pids_.size() == size,
+      "dummy_collectives: a topology of ", size, " ranks with ", pids_.size(), " pids");
   hostOf_.assign(size, -1);
   localOf_.assign(size, -1);
   for (int h = 0; h < hostCount(); ++h) {
@@ -77,12 +87,35 @@ std::string Topology::describeRank(int rank) const {
 }
 
 int Topology::hostAt(const std::string& address) const {
+  int found = -1;
   for (int h = 0; h < hostCount(); ++h) {
     if (!address.empty() && addresses_[h] == address) {
-      return h;
+      if (found >= 0) {
+        return -1; // several hosts on one address: it names none of them
+      }
+      found = h;
     }
   }
-  return -1;
+  return found;
+}
+
+bool Topology::processEnded(int rank) const {
+  const int pid = pidOf(rank);
+  if (pid <= 0) {
+    return false;
+  }
+  if (::kill(pid, 0) != 0 && errno == ESRCH) {
+    return true;
+  }
+  // A zombie (killed, not yet reaped by its parent) has ended too.
+  std::ifstream stat(c10::str("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) {
+    return false;
+  }
+  const char state = text[close + 2];
+  return state == 'Z' || state == 'X';
 }
 
 } // namespace dummy_collectives::hierarchy

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <chrono>
 #include <functional>
@@ -33,6 +34,13 @@ namespace dummy_collectives::hierarchy {
 // blocking store wait would answer sooner, but TCPStore logs a warning for every wait that
 // times out.) What the watch period leaves open -- a peer's last exchange, sent before it gave
 // up, that completes a later collective of ours -- the agreement closes (agreement.hpp).
+//
+// The watcher asks only while its rank has a collective of the group in flight, or began one
+// since it last asked: an idle group leaves the store alone. A job's store often lives in its
+// rank 0 (tcp://, env://), which may leave after its last collective while other ranks still
+// hold their groups; a TCPStore client logs a warning with a C++ stack for every request to a
+// store that is gone, so an idle rank must not ask. Once a request failed the store is taken
+// for gone: nobody polls it any more (a failure met later still tries to publish there).
 class GroupHealth {
  public:
   static constexpr std::chrono::milliseconds kMinWatchPeriod{20};
@@ -67,13 +75,30 @@ class GroupHealth {
   // that cannot be reached is a reason ("the group's store became unreachable") unless
   // `unreachableIsFailure` is false: the watcher and long waits poll it while the job may be
   // ending (the store's host leaves after its last collective), and a wait that stalls finds
-  // out at its deadline.
+  // out at its deadline. Once the store could not be reached nothing asks it again, not even to
+  // publish a failure (storeUnreachable()): a TCPStore client logs a warning with a C++ stack on
+  // stderr for every request to a store that is gone.
   std::optional<std::string> published(bool unreachableIsFailure = true) const;
-  // Like published(), but waits up to `patience` for a reason to appear.
+  // Like published(), but waits up to `patience` for a reason to appear; none once the store
+  // cannot be reached.
   std::optional<std::string> awaitPublished(std::chrono::milliseconds patience) const;
+  // Whether a request to the store failed (its host left or died): then the store is not
+  // polled any more.
+  bool storeUnreachable() const {
+    return storeUnreachable_.load(std::memory_order_acquire);
+  }
 
   const std::string& self() const {
     return self_;
+  }
+
+  // A collective of the group begins / ends on this rank (the watcher asks the store meanwhile).
+  void collectiveBegins() {
+    begun_.fetch_add(1, std::memory_order_relaxed);
+    inFlight_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void collectiveEnds() {
+    inFlight_.fetch_sub(1, std::memory_order_relaxed);
   }
 
  private:
@@ -86,11 +111,19 @@ class GroupHealth {
   mutable std::mutex mu_;
   std::string reason_; // guarded by mu_
   std::atomic<bool> broken_{false};
+  mutable std::atomic<bool> storeUnreachable_{false};
+  std::atomic<uint64_t> begun_{0};
+  std::atomic<int> inFlight_{0};
   std::chrono::milliseconds watchPeriod_;
   std::mutex watchMu_;
   std::condition_variable watchCv_;
   bool stopWatching_ = false; // guarded by watchMu_
   std::thread watcher_;
 };
+
+// An exception's message for an error that names it: its first line, without the C++ stack
+// c10 errors carry ("Exception raised from ...", "frame #0: ...") or the source locations gloo
+// prefixes to its messages ("[.../gloo/transport/tcp/pair.cc:534] ").
+std::string errorText(const std::exception& e);
 
 } // namespace dummy_collectives::hierarchy

@@ -23,6 +23,8 @@ struct SplitSizes;
 
 namespace hierarchy {
 
+class CrossHostP2P;
+
 // The c10d face of a group whose ranks live on several hosts: the same collectives, checks and
 // semantics as DummyBackend, each run as a two-level algorithm (two_level.hpp) over a
 // DummyBackend of this host's ranks and cross-host engines made from Python (gloo; see
@@ -198,6 +200,7 @@ class HierarchicalBackend final : public c10d::Backend {
   std::unique_ptr<InHostLevel> host_;
   std::unique_ptr<InterHostEngine> rail_;     // null: see the constructor
   std::unique_ptr<InterHostEngine> everyone_;
+  std::unique_ptr<CrossHostP2P> p2p_; // send/recv across hosts, over everyone_
   std::unique_ptr<Levels> levels_;
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<ExitHandle> exitHandle_;
