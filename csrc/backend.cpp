@@ -719,6 +719,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
     int tag,
     const char* what) {
   requireReal(what);
+  checker(what).writable(tensors);
   ++p2pSeq_;
   const uint64_t record = recordPointToPoint("recv", srcRank, tensors);
   const bool observed = at::hasCallbacks(); // takes a lock: ask once

@@ -25,6 +25,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     Issue issue,
     Algorithm algorithm,
     const SplitSizes& splits) {
+  requireWritable(op, outputs);
   const Stamp stamped = stamp(op, inputs, outputs, issue.timeout, splits);
   const auto limit = stamped.limit;
   const uint64_t record = stamped.record;
@@ -92,6 +93,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
     Issue issue,
     Body body) {
   op.path = DataPath::kCudaIpc;
+  requireWritable(op, outputs);
   const Stamp stamped = stamp(op, inputs, outputs, issue.timeout);
   const auto limit = stamped.limit;
   const uint64_t record = stamped.record;

@@ -343,6 +343,7 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
     Issue issue,
     Algorithm algorithm,
     const SplitSizes* splits) {
+  checker(collectiveName(op.kind)).writable(outputs); // before the number is taken
   op.seq = ++seq_;
   const bool observed = at::hasCallbacks(); // takes a lock: ask once
   if (observed) {

@@ -200,6 +200,9 @@ class DummyBackend final : public c10d::Backend {
       std::vector<at::Tensor> outputs,
       Issue issue,
       Body body);
+  // Refuses outputs whose elements share memory (Checker::writable), before the collective's
+  // number is taken (the group stays usable).
+  void requireWritable(const OpDescriptor& op, const std::vector<at::Tensor>& outputs) const;
   // What stamp() found out about a collective.
   struct Stamp {
     std::chrono::milliseconds limit; // how long it may take
