@@ -222,3 +222,43 @@ def test_no_shared_memory_left_when_a_rank_dies_during_init() -> None:
     assert "ranks [1] did not join it within the timeout" in creation["error"], report
     assert creation["end"] - creation["start"] < 1.0 + DETECT_WITHIN_S, report
     assert not job.leftover_shm, report
+
+
+TIMEOUT_MESSAGE = re.compile(
+    r"rank (\d+)(?: \(.*?pid \d+\))? ?:? ?timed out after (\d+) ms \(its timeout is (\d+) ms\) "
+    r"waiting for ranks ([\d, ]+) to arrive"
+)
+
+
+def skipped_across_hosts() -> dict[str, Any]:
+    """3 ranks on 3 simulated hosts, rank 2 skips collective #2 (1.5 s timeout)."""
+    rank = faultjob.rank()
+    os.environ["DUMMY_COLLECTIVES_HOST_ID"] = f"h{rank}"
+    faultjob.file_barrier("spawned")
+    faultjob.init_default_group(timeout_s=1.5)
+    dist.all_reduce(torch.ones(2))
+    result: dict[str, Any] = {}
+    if rank != 2:
+        result = attempt(lambda: dist.all_reduce(torch.ones(16)))
+    faultjob.file_barrier("done")
+    return result
+
+
+@pytest.mark.slow
+def test_a_timeout_names_who_waited_and_never_quotes_less_than_the_timeout() -> None:
+    """Before, a rank quoting another's timeout seemed to wait for itself ("on rank 1: timed out
+    ... waiting for ranks 1, 2"), and the time quoted was since the cross-host wait began, a few
+    ms less than the timeout it quoted."""
+    job = faultjob.run_job(3, skipped_across_hosts, init=False, timeout_s=90)
+    report = job.report()
+    assert all(r.returned for r in job.ranks), report
+    for r in (0, 1):
+        message = job[r].value["error"]
+        assert message is not None, report
+        found = TIMEOUT_MESSAGE.search(message)
+        assert found, f"rank {r}: no timeout message: {message}"
+        waiter, after, timeout = int(found[1]), int(found[2]), int(found[3])
+        waited_for = {int(x) for x in found[4].split(",")}
+        assert waiter not in waited_for, f"rank {r}: the waiter is among the awaited: {message}"
+        assert 2 in waited_for, message
+        assert after >= timeout, f"rank {r}: quotes {after} ms < its timeout: {message}"
