@@ -14,6 +14,7 @@
 #include <dummy_collectives/monitored_barrier.hpp>
 #include <dummy_collectives/p2p_engine.hpp>
 #include <dummy_collectives/param_comms.hpp>
+#include <dummy_collectives/this_process.hpp>
 
 #include "backend_submission.hpp"
 #include "host_staging.hpp"
@@ -224,6 +225,10 @@ void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
   }
 }
 
+void DummyBackend::requireCreator(const char* collective) const {
+  requireCreatorProcess(pid_, collective, getRank());
+}
+
 void DummyBackend::requireReal(const char* collective) const {
   TORCH_CHECK(mode() == Mode::kReal, "dummy ", collective, zeroModeUnsupported);
 }
@@ -265,6 +270,7 @@ algorithms::AllreducePlan DummyBackend::allreducePlan() const {
 }
 
 Checker DummyBackend::checker(const char* collective) const {
+  requireCreator(collective);
   return Checker(collective, getRank(), getSize());
 }
 
@@ -652,6 +658,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions& opts) {
+  requireCreator("barrier");
   requireReal("barrier");
   return submit(
       OpDescriptor{}, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, issued(opts),
@@ -659,6 +666,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions&
 }
 
 void DummyBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  requireCreator("monitoredBarrier");
   requireReal("monitoredBarrier");
   dummy_collectives::monitoredBarrier(*this, opts, waitAllRanks, options_->timeout);
 }

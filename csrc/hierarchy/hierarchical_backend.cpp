@@ -24,6 +24,7 @@
 #include <dummy_collectives/hierarchy/two_level.hpp>
 #include <dummy_collectives/monitored_barrier.hpp>
 #include <dummy_collectives/param_comms.hpp>
+#include <dummy_collectives/this_process.hpp>
 #include <dummy_collectives/work.hpp>
 
 #include "../host_staging.hpp"
@@ -161,7 +162,7 @@ HierarchicalBackend::HierarchicalBackend(
       topology_(std::move(topology)),
       hostBackend_(std::move(host)),
       waits_(std::make_unique<WaitLedger>(size)),
-      pid_(static_cast<int>(::getpid())) {
+      pid_(thisProcessId()) {
   TORCH_CHECK(
       topology_.size() == size && topology_.rank() == rank,
       "dummy_collectives: the topology is of rank ", topology_.rank(), " of ", topology_.size(),
@@ -284,6 +285,7 @@ std::string HierarchicalBackend::brokenReason() const {
 }
 
 Checker HierarchicalBackend::checker(const char* collective) const {
+  requireCreatorProcess(pid_, collective, getRank()); // a forked child: see this_process.hpp
   return Checker(collective, getRank(), getSize());
 }
 

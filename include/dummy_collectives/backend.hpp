@@ -235,8 +235,13 @@ class DummyBackend final : public c10d::Backend {
   // Whether device tensors take the device path (CUDA IPC); false for CPU tensors, in zero mode
   // and in CPU-only builds.
   bool onDevicePath(const std::vector<at::Tensor>& tensors) const;
+  // Also refuses a forked child (requireCreator).
   Checker checker(const char* collective) const;
   void requireReal(const char* collective) const;
+  // Raises in a process that did not create the group: a child forked after the group was made
+  // shares the parent's segment and would take the parent's place in its collectives (NCCL
+  // refuses a communicator in a forked child too). A cached compare, not a syscall.
+  void requireCreator(const char* collective) const;
   algorithms::PeerAccessWindow peerAccessWindow() const;
   algorithms::AllreducePlan allreducePlan() const;
   // _reduce_scatter_base and reduce_scatter_tensor_coalesced: outputs[i] receives part rank()
