@@ -97,11 +97,12 @@ DummyBackend::DummyBackend(
     int size,
     c10::intrusive_ptr<BackendOptions> options,
     HostLevelOf hostLevel,
-    std::vector<int64_t> globalRanks)
+    std::vector<int64_t> globalRanks,
+    std::vector<int32_t> pids)
     : c10d::Backend(rank, size),
       options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
       hostLevel_(!hostLevel.groupRanks.empty()),
-      pid_(static_cast<int>(::getpid())) {
+      pid_(thisProcessId()) {
   if (options_->mode == Mode::kReal) {
     transport_ = std::make_shared<ShmTransport>(
         store,
@@ -118,6 +119,7 @@ DummyBackend::DummyBackend(
              options_->peerAccessMinBytes},
             {"peer_access_max_bytes (DUMMY_COLLECTIVES_PEER_ACCESS_MAX_BYTES)",
              options_->peerAccessMaxBytes}},
+        GroupJoin{options_->timeout, std::move(pids)},
         std::move(hostLevel));
     workers_ = std::make_shared<WorkerPool>(
         options_->threads > 0 ? options_->threads : WorkerPool::defaultThreads(size));

@@ -16,7 +16,9 @@ import json
 import os
 import socket
 import struct
+import time
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -42,6 +44,9 @@ class Topology:
     host_names: tuple[str, ...]
     host_addresses: tuple[str, ...]
     ranks_on_machine: int  # ranks of the group on this rank's machine, whatever their host
+    # Every rank's pid where it runs in this rank's pid namespace on this machine, else 0: a
+    # rank that dies before it maps its group's shared memory is still known dead by it.
+    pids: tuple[int, ...] = ()
 
     @property
     def size(self) -> int:
@@ -112,20 +117,33 @@ def this_host() -> HostIdentity:
     return HostIdentity(key, socket.gethostname(), _engine_address(), boot_id)
 
 
+def _process() -> dict[str, object]:
+    """This process as its peers' liveness checks need it: pid, pid namespace, machine."""
+    return {"pid": os.getpid(), "pidns": os.stat("/proc/self/ns/pid").st_ino}
+
+
 def discover(
     store: dist.Store,
     rank: int,
     size: int,
     settings: Mapping[str, object] | None = None,
+    timeout: timedelta | None = None,
 ) -> Topology:
     """Exchanges every rank's host identity (and ``settings``, values every rank of the group
     must share) through ``store``; raises ValueError naming a setting where a rank's value
-    differs from rank 0's."""
+    differs from rank 0's. ``timeout``: the group's (``new_group(timeout=...)``); None: the
+    store's own, which for a new group is the default group's."""
     mine = this_host()
-    record = {"identity": dataclasses.asdict(mine), "settings": dict(settings or {})}
+    record = {
+        "identity": dataclasses.asdict(mine),
+        "settings": dict(settings or {}),
+        "process": _process(),
+    }
     store.set(f"{_KEY_PREFIX}{rank}", json.dumps(record))
     keys = [f"{_KEY_PREFIX}{r}" for r in range(size)]
     try:
+        if timeout is not None:
+            _await_keys(store, keys, timeout)
         raws = store.multi_get(keys)
     except RuntimeError as exc:  # the store's timeout: some ranks never came
         missing = [r for r, key in enumerate(keys) if not store.check([key])]
@@ -135,7 +153,28 @@ def discover(
         ) from exc
     records = [json.loads(raw) for raw in raws]
     _check_settings(rank, records)
-    return _group_by_host(rank, [HostIdentity(**r["identity"]) for r in records])
+    found = _group_by_host(rank, [HostIdentity(**r["identity"]) for r in records])
+    here = records[rank].get("process", {})
+    pids = tuple(
+        int(r["process"]["pid"])
+        if r.get("process", {}).get("pidns") == here.get("pidns")
+        and r["identity"]["machine"] == records[rank]["identity"]["machine"]
+        else 0
+        for r in records
+    )
+    return dataclasses.replace(found, pids=pids)
+
+
+def _await_keys(store: dist.Store, keys: list[str], timeout: timedelta) -> None:
+    """Waits until every key is set, for ``timeout`` (not the store's own timeout). Polls:
+    FileStore's timed ``wait`` overshoots by up to a second."""
+    deadline = time.monotonic() + timeout.total_seconds()
+    pause = 0.0001
+    while not store.check(keys):
+        if time.monotonic() >= deadline:
+            raise dist.DistStoreError(f"waited {timeout.total_seconds():g} s")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
 
 
 def _check_settings(rank: int, records: Sequence[Mapping[str, object]]) -> None:

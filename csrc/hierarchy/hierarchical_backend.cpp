@@ -204,6 +204,7 @@ HierarchicalBackend::HierarchicalBackend(
   levels_ = std::unique_ptr<Levels>(
       new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
   engine_ = std::make_shared<Engine>(Engine::Timing{});
+  fault_ = fault_injection::fromEnv(); // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
   // The flight recorder sees the group as its user does: the whole group's ranks and sequence
   // numbers. Its levels record nothing of their own there (the host level is told so; the
   // gloo levels record into torch's own recorder, whose dumps are separate).
@@ -358,6 +359,10 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
   ctx.op = op;
   ctx.rank = getRank();
   ctx.timeout = issue.timeout == c10d::kUnsetTimeout ? options_->timeout : issue.timeout;
+  if (fault_) {
+    ctx.fault = &*fault_;
+    ctx.faultStep = fault_->stepFor(getRank(), op.seq);
+  }
   const uint64_t record = recordCollective(op, inputs, outputs, ctx.timeout);
   const auto issuedAt = debug_log::issueTime();
   // Where a profiler listens, the completion records who made whom wait (recordArrival).

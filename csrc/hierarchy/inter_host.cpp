@@ -80,6 +80,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(at::Tensor& data, int 
 }
 
 void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const {
+  ctx.step();
   if (!work->isCompleted()) {
     auto completion = std::make_shared<Completion>();
     work->getFuture()->addCallback([completion](c10::ivalue::Future&) {

@@ -39,14 +39,16 @@ class DummyBackend final : public c10d::Backend {
   // them as "dummy.host:<collective>" inside the group's own event, and they record no
   // record_param_comms or flight recorder entries of their own (the group records them).
   // `globalRanks`: the group's ranks in the world, in group-rank order (empty: the world), as
-  // the flight recorder's dumps name them.
+  // the flight recorder's dumps name them. `pids`: every rank's pid from the group's discovery
+  // (GroupJoin::pids; empty: unknown).
   DummyBackend(
       const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
       int size,
       c10::intrusive_ptr<BackendOptions> options,
       HostLevelOf hostLevel = {},
-      std::vector<int64_t> globalRanks = {});
+      std::vector<int64_t> globalRanks = {},
+      std::vector<int32_t> pids = {});
   ~DummyBackend() override;
 
   const std::string getBackendName() const override {
