@@ -86,6 +86,8 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must b
 namespace {
 
 constexpr const char* kStoreKey = "dummy_collectives/shm";
+// Ranks that have read rank 0's failure to create the segment.
+constexpr const char* kFailureSeenKey = "dummy_collectives/shm_failure_seen";
 // The longest pause of a joining rank between two looks at the store (and at rank 0's pid).
 constexpr std::chrono::microseconds kStorePollPause{10000};
 
@@ -333,9 +335,14 @@ size_t ShmTransport::createSegment(
           "run --shm-size=1g, or --ipc=host; Kubernetes: an emptyDir with medium Memory on "
           "/dev/shm), fewer groups alive at once (destroy the ones you no longer use), or fewer "
           "ranks per group");
-      // The other ranks wait for the segment's name: give them the reason instead.
+      // The other ranks wait for the segment's name: give them the reason instead, and give
+      // them a moment to read it (this rank may host the store, which leaves with it).
       const std::string failed = "!" + message;
       store->set(kStoreKey, std::vector<uint8_t>(failed.begin(), failed.end()));
+      const auto patience = Clock::now() + std::chrono::seconds(2);
+      while (store->add(kFailureSeenKey, 0) < size_ - 1 && Clock::now() < patience) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       TORCH_CHECK(false, message);
     }
   }
@@ -394,6 +401,7 @@ std::string ShmTransport::awaitSegment(const c10::intrusive_ptr<c10d::Store>& st
   std::vector<uint8_t> raw = store->get(kStoreKey);
   std::string value(raw.begin(), raw.end());
   if (!value.empty() && value[0] == '!') {
+    store->add(kFailureSeenKey, 1); // rank 0 may leave now
     TORCH_CHECK(false, value.substr(1), " (raised on rank ", label(0), ", which creates it)");
   }
   return value;

@@ -16,7 +16,6 @@ import json
 import os
 import socket
 import struct
-import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
@@ -142,9 +141,7 @@ def discover(
     store.set(f"{_KEY_PREFIX}{rank}", json.dumps(record))
     keys = [f"{_KEY_PREFIX}{r}" for r in range(size)]
     try:
-        if timeout is not None:
-            _await_keys(store, keys, timeout)
-        raws = store.multi_get(keys)
+        raws = _multi_get(store, keys, timeout)
     except RuntimeError as exc:  # the store's timeout: some ranks never came
         missing = [r for r, key in enumerate(keys) if not store.check([key])]
         raise dist.DistStoreError(
@@ -165,16 +162,19 @@ def discover(
     return dataclasses.replace(found, pids=pids)
 
 
-def _await_keys(store: dist.Store, keys: list[str], timeout: timedelta) -> None:
-    """Waits until every key is set, for ``timeout`` (not the store's own timeout). Polls:
-    FileStore's timed ``wait`` overshoots by up to a second."""
-    deadline = time.monotonic() + timeout.total_seconds()
-    pause = 0.0001
-    while not store.check(keys):
-        if time.monotonic() >= deadline:
-            raise dist.DistStoreError(f"waited {timeout.total_seconds():g} s")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.01)
+def _multi_get(store: dist.Store, keys: list[str], timeout: timedelta | None) -> list[bytes]:
+    """``store.multi_get(keys)`` within ``timeout`` rather than the store's own timeout (the
+    default group's, for a new group), as torch's StoreTimeoutGuard does: one request that the
+    store answers when the last key arrives, so every rank reads every record before any rank
+    can raise and leave (a rank that polled could find the store's host gone)."""
+    if timeout is None:
+        return store.multi_get(keys)
+    before = store.timeout
+    store.set_timeout(timeout)
+    try:
+        return store.multi_get(keys)
+    finally:
+        store.set_timeout(before)
 
 
 def _check_settings(rank: int, records: Sequence[Mapping[str, object]]) -> None:
