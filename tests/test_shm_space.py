@@ -45,7 +45,7 @@ def allreduce_big() -> dict[str, Any]:
 
 def main() -> None:
     """Inside the namespace: run a 2-rank job, print what happened as JSON."""
-    job = faultjob.run_job(2, allreduce_big, init=False, timeout_s=60)
+    job = faultjob.run_job(2, allreduce_big, init=False, timeout_s=120)
     print(
         json.dumps(
             {
@@ -86,7 +86,7 @@ def run_with_small_shm(size: str, buffer_bytes: str) -> dict[str, Any]:
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=240,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
