@@ -1,5 +1,6 @@
 #include <dummy_collectives/argument_checks.hpp>
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include <dummy_collectives/reduce_kernel.hpp>
@@ -153,6 +154,17 @@ void Checker::like(
       " is on ",
       ref.device());
   require(t.numel() == numel, what, " has ", t.numel(), " elements; expected ", numel);
+}
+
+void Checker::writable(const std::vector<at::Tensor>& outputs) const {
+  for (const auto& t : outputs) {
+    require(
+        !t.defined() || t.layout() != c10::kStrided ||
+            at::has_internal_overlap(t) != at::MemOverlap::Yes,
+        "an output tensor (sizes ", t.sizes(), ", strides ", t.strides(), ") has elements that "
+        "share memory (an expand()ed or otherwise stride-0 view), so the result cannot be "
+        "written into it; pass a tensor whose elements are distinct (.clone() or .contiguous())");
+  }
 }
 
 ReduceSpec Checker::reduction(const c10d::ReduceOp& op, c10::ScalarType dtype) const {

@@ -14,6 +14,7 @@
 #include <dummy_collectives/monitored_barrier.hpp>
 #include <dummy_collectives/p2p_engine.hpp>
 #include <dummy_collectives/param_comms.hpp>
+#include <dummy_collectives/this_process.hpp>
 
 #include "backend_submission.hpp"
 #include "host_staging.hpp"
@@ -96,11 +97,12 @@ DummyBackend::DummyBackend(
     int size,
     c10::intrusive_ptr<BackendOptions> options,
     HostLevelOf hostLevel,
-    std::vector<int64_t> globalRanks)
+    std::vector<int64_t> globalRanks,
+    std::vector<int32_t> pids)
     : c10d::Backend(rank, size),
       options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
       hostLevel_(!hostLevel.groupRanks.empty()),
-      pid_(static_cast<int>(::getpid())) {
+      pid_(thisProcessId()) {
   if (options_->mode == Mode::kReal) {
     transport_ = std::make_shared<ShmTransport>(
         store,
@@ -117,6 +119,7 @@ DummyBackend::DummyBackend(
              options_->peerAccessMinBytes},
             {"peer_access_max_bytes (DUMMY_COLLECTIVES_PEER_ACCESS_MAX_BYTES)",
              options_->peerAccessMaxBytes}},
+        GroupJoin{options_->timeout, std::move(pids)},
         std::move(hostLevel));
     workers_ = std::make_shared<WorkerPool>(
         options_->threads > 0 ? options_->threads : WorkerPool::defaultThreads(size));
@@ -224,6 +227,10 @@ void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
   }
 }
 
+void DummyBackend::requireCreator(const char* collective) const {
+  requireCreatorProcess(pid_, collective, getRank());
+}
+
 void DummyBackend::requireReal(const char* collective) const {
   TORCH_CHECK(mode() == Mode::kReal, "dummy ", collective, zeroModeUnsupported);
 }
@@ -265,6 +272,7 @@ algorithms::AllreducePlan DummyBackend::allreducePlan() const {
 }
 
 Checker DummyBackend::checker(const char* collective) const {
+  requireCreator(collective);
   return Checker(collective, getRank(), getSize());
 }
 
@@ -652,6 +660,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions& opts) {
+  requireCreator("barrier");
   requireReal("barrier");
   return submit(
       OpDescriptor{}, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, issued(opts),
@@ -659,6 +668,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions&
 }
 
 void DummyBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  requireCreator("monitoredBarrier");
   requireReal("monitoredBarrier");
   dummy_collectives::monitoredBarrier(*this, opts, waitAllRanks, options_->timeout);
 }
@@ -719,6 +729,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
     int tag,
     const char* what) {
   requireReal(what);
+  checker(what).writable(tensors);
   ++p2pSeq_;
   const uint64_t record = recordPointToPoint("recv", srcRank, tensors);
   const bool observed = at::hasCallbacks(); // takes a lock: ask once

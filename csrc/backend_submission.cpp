@@ -6,6 +6,7 @@
 
 #include <ATen/record_function.h>
 
+#include <dummy_collectives/argument_checks.hpp>
 #include <dummy_collectives/param_comms.hpp>
 
 namespace dummy_collectives {
@@ -44,6 +45,16 @@ DummyBackend::Stamp DummyBackend::stamp(
     }
   }
   return {limit, observed, record};
+}
+
+void DummyBackend::requireWritable(
+    const OpDescriptor& op, const std::vector<at::Tensor>& outputs) const {
+  // A broadcast's root and a reduce's other ranks only read their tensor.
+  const bool readOnly = (op.kind == CollectiveKind::kBroadcast && op.root == getRank()) ||
+      (op.kind == CollectiveKind::kReduce && op.root != getRank());
+  if (!readOnly && !outputs.empty()) {
+    checker(collectiveName(op.kind)).writable(outputs);
+  }
 }
 
 uint64_t DummyBackend::recordPointToPoint(

@@ -15,6 +15,29 @@
 
 namespace dummy_collectives {
 
+// Runs a collective's body once its number is taken and its first step begun. An error of this
+// rank alone (out of memory staging a tensor or padding a sparse one, a bug) leaves it out of
+// the collective's remaining steps: its peers would wait for them, or read its next
+// collective's steps as this one's (a wrong result, or mismatches for ever after). So it fails
+// the group for every rank, naming this rank and its error, as a group spanning hosts does
+// (HierarchicalBackend::submit). The group's own failures (DistBackendError: a dead peer, a
+// timeout, an abort, a mismatch every rank raises alike) and bad arguments every rank finds
+// alike (ValueError: all-to-all split sizes) pass through.
+template <typename Body>
+void failGroupOnLocalError(ShmTransport& transport, Body&& body) {
+  try {
+    body();
+  } catch (const c10::DistBackendError&) {
+    throw;
+  } catch (const c10::ValueError&) {
+    throw;
+  } catch (const c10::Error& e) {
+    transport.failOnThisRank(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    transport.failOnThisRank(e.what());
+  }
+}
+
 template <typename Algorithm>
 c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     OpDescriptor op,
@@ -25,6 +48,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     Issue issue,
     Algorithm algorithm,
     const SplitSizes& splits) {
+  requireWritable(op, outputs);
   const Stamp stamped = stamp(op, inputs, outputs, issue.timeout, splits);
   const auto limit = stamped.limit;
   const uint64_t record = stamped.record;
@@ -42,7 +66,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
         debug_log::traced(op, traceSite_, issuedAt, [&] {
           transport.beginOp(op, limit);
           flight_recorder::started(record);
-          algorithm(transport);
+          failGroupOnLocalError(transport, [&] { algorithm(transport); });
           flight_recorder::completed(record, transport.arrival());
         });
       } catch (...) {
@@ -67,7 +91,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
       debug_log::traced(op, site, issuedAt, [&] {
         transport->beginOp(op, limit);
         flight_recorder::started(record);
-        (*shared)(*transport);
+        failGroupOnLocalError(*transport, [&] { (*shared)(*transport); });
         flight_recorder::completed(record, transport->arrival());
       });
     } catch (const c10::DistBackendError& e) {
@@ -92,6 +116,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
     Issue issue,
     Body body) {
   op.path = DataPath::kCudaIpc;
+  requireWritable(op, outputs);
   const Stamp stamped = stamp(op, inputs, outputs, issue.timeout);
   const auto limit = stamped.limit;
   const uint64_t record = stamped.record;
@@ -109,7 +134,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
       debug_log::traced(op, site, issuedAt, [&] {
         transport->beginOp(op, limit);
         flight_recorder::started(record);
-        device->run(*ticket, work, [&] { body(*device, *transport); });
+        failGroupOnLocalError(*transport, [&] {
+          device->run(*ticket, work, [&] { body(*device, *transport); });
+        });
         flight_recorder::completed(record, transport->arrival());
       });
     } catch (const c10::DistBackendError& e) {

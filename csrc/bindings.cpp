@@ -175,7 +175,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::vector<int> groupRanks,
                       int ranksOnMachine,
                       const std::string& groupName,
-                      std::vector<int64_t> globalRanks) {
+                      std::vector<int64_t> globalRanks,
+                      std::vector<int32_t> pids) {
             auto own = groupOptions(*options, timeout, groupName);
             return c10::make_intrusive<DummyBackend>(
                 store,
@@ -183,7 +184,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 size,
                 own,
                 dummy_collectives::HostLevelOf{std::move(groupRanks), ranksOnMachine},
-                std::move(globalRanks));
+                std::move(globalRanks),
+                std::move(pids));
           }),
           py::arg("store"),
           py::arg("rank"),
@@ -199,6 +201,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           // The group's ranks in the world, by group rank (the flight recorder's pg_config);
           // empty: the world.
           py::arg("global_ranks") = std::vector<int64_t>(),
+          // Every rank's pid as the group's discovery found it (0: another pid namespace), so a
+          // rank that dies before it maps the group's shared memory is known dead; empty: unknown.
+          py::arg("pids") = std::vector<int32_t>(),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })

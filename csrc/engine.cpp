@@ -79,7 +79,14 @@ void Engine::drain() {
   }
 }
 
-void Engine::runUntil(const DummyWork& work, std::chrono::steady_clock::time_point /*deadline*/) {
+void Engine::runUntil(const DummyWork& work, std::chrono::steady_clock::time_point deadline) {
+  if (deadline != std::chrono::steady_clock::time_point::max()) {
+    // wait(timeout): a collective run on this thread could not give up at that deadline (it
+    // honours only the group's timeout). Let the worker run the queue; the caller blocks on the
+    // Work until its deadline.
+    expedite();
+    return;
+  }
   std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
   if (!exec.owns_lock()) {
     return; // the worker is running the queue; the caller blocks on the Work instead

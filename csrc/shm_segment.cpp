@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -49,18 +50,25 @@ ShmSegment ShmSegment::create(size_t bytes) {
   }
   TORCH_CHECK(
       fd >= 0, "dummy_collectives: shm_open(", name, ") failed: ", std::strerror(errno));
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int err = errno;
+  // Reserve every page now (see create() in the header): a full /dev/shm then fails here, with
+  // a message, instead of killing a rank mid-collective. (glibc emulates it by writing a byte per
+  // block where the file system has no fallocate.)
+  int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (err != 0) {
+    const size_t free = freeBytes();
     ::close(fd);
     ::shm_unlink(name.c_str());
+    if (err == ENOSPC || err == EFBIG || err == ENOMEM) {
+      throw NoSpace(
+          bytes,
+          free,
+          c10::str(
+              "cannot reserve ", bytes, " bytes of shared memory in ", kDirectory, " (",
+              std::strerror(err), "; ", free, " bytes free)"));
+    }
     TORCH_CHECK(
-        false,
-        "dummy_collectives: cannot size shared memory ",
-        name,
-        " to ",
-        bytes,
-        " bytes (is /dev/shm large enough?): ",
-        std::strerror(err));
+        false, "dummy_collectives: cannot reserve ", bytes, " bytes of shared memory ", name,
+        ": ", std::strerror(err));
   }
   void* data = nullptr;
   try {
@@ -72,6 +80,14 @@ ShmSegment ShmSegment::create(size_t bytes) {
   }
   ::close(fd);
   return ShmSegment(name, data, bytes, /*owner=*/true);
+}
+
+size_t ShmSegment::freeBytes() {
+  struct statvfs info {};
+  if (::statvfs(kDirectory, &info) != 0) {
+    return 0;
+  }
+  return static_cast<size_t>(info.f_bavail) * static_cast<size_t>(info.f_frsize);
 }
 
 ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {

@@ -86,6 +86,10 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must b
 namespace {
 
 constexpr const char* kStoreKey = "dummy_collectives/shm";
+// Ranks that have read rank 0's failure to create the segment.
+constexpr const char* kFailureSeenKey = "dummy_collectives/shm_failure_seen";
+// The longest pause of a joining rank between two looks at the store (and at rank 0's pid).
+constexpr std::chrono::microseconds kStorePollPause{10000};
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -219,6 +223,7 @@ ShmTransport::ShmTransport(
     bool peerAccess,
     double peerAccessMinSpeed,
     std::vector<GroupSetting> settings,
+    GroupJoin join,
     HostLevelOf hostLevel)
     : rank_(rank),
       size_(size),
@@ -229,36 +234,34 @@ ShmTransport::ShmTransport(
       peerAccessWanted_(peerAccess),
       peerAccessMinSpeed_(peerAccessMinSpeed),
       hostLevel_(std::move(hostLevel)),
+      join_(std::move(join)),
       waits_(size) {
   TORCH_CHECK(
       hostLevel_.groupRanks.empty() || static_cast<int>(hostLevel_.groupRanks.size()) == size,
       "dummy_collectives: ", hostLevel_.groupRanks.size(), " group ranks for a host level of ",
       size, " ranks");
-  const size_t bytes = segmentBytes(size, slotBytes_);
+  join_.pids.resize(static_cast<size_t>(size), 0);
+  if (auto fault = fault_injection::fromEnv()) {
+    if (fault->collective == 0 && fault->rank == label(rank)) {
+      fault_injection::fire(
+          *fault, c10::str("while rank ", label(rank), " joins the group, before it maps the "
+                           "group's shared memory"));
+    }
+    if (hostLevel_.groupRanks.empty()) {
+      fault_ = fault;
+    }
+  }
   settings.insert(
       settings.begin(),
       {"the buffer size (DUMMY_COLLECTIVES_BUFFER_BYTES or pg_options.buffer_bytes)", slotBytes_});
+  std::string published;
+  for (const GroupSetting& setting : settings) {
+    published += c10::str(" ", setting.value);
+  }
   if (rank == 0) {
-    segment_ = ShmSegment::create(bytes);
-    ctl_ = new (segment_.data()) ControlBlock();
-    ctl_->magic = kMagic;
-    ctl_->worldSize = size;
-    ctl_->slotBytes = slotBytes_;
-    for (int r = 0; r < size; ++r) {
-      new (&control(r)) RankControl();
-    }
-    auto* channels = reinterpret_cast<ChannelControl*>(&control(size));
-    for (int i = 0; i < size * size; ++i) {
-      new (&channels[i]) ChannelControl();
-    }
-    std::string value = segment_.name();
-    for (const GroupSetting& setting : settings) {
-      value += c10::str(" ", setting.value);
-    }
-    store->set(kStoreKey, std::vector<uint8_t>(value.begin(), value.end()));
+    slotBytes_ = createSegment(store, published);
   } else {
-    std::vector<uint8_t> raw = store->get(kStoreKey);
-    std::istringstream value(std::string(raw.begin(), raw.end()));
+    std::istringstream value(awaitSegment(store));
     std::string name;
     value >> name;
     for (const GroupSetting& setting : settings) {
@@ -277,10 +280,15 @@ ShmTransport::ShmTransport(
           " uses ",
           setting.value);
     }
-    segment_ = ShmSegment::open(name, bytes);
+    // The slot size rank 0 could fit into /dev/shm (smaller than asked where it was short).
+    size_t slot = 0;
+    value >> slot;
+    TORCH_CHECK(slot > 0, "dummy_collectives: rank 0 published no slot size for the group");
+    slotBytes_ = slot;
+    segment_ = ShmSegment::open(name, segmentBytes(size, slotBytes_));
     ctl_ = static_cast<ControlBlock*>(segment_.data());
     TORCH_CHECK(
-        ctl_->magic == kMagic && ctl_->worldSize == size,
+        ctl_->magic == kMagic && ctl_->worldSize == size && ctl_->slotBytes == slotBytes_,
         "dummy_collectives: shared memory ",
         name,
         " does not belong to this group of ",
@@ -298,6 +306,112 @@ ShmTransport::ShmTransport(
   if (ctl_->mapped.fetch_add(1) + 1 == size) {
     segment_.unlink();
   }
+}
+
+size_t ShmTransport::createSegment(
+    const c10::intrusive_ptr<c10d::Store>& store, std::string settings) {
+  // Where /dev/shm is short (Docker's default is 64 MiB), fall back to smaller slots: the
+  // collectives stream through any slot size, only slower.
+  const size_t asked = slotBytes_;
+  const size_t smallest = std::min(asked, kMinFallbackSlotBytes);
+  size_t slot = asked;
+  for (;;) {
+    try {
+      segment_ = ShmSegment::create(segmentBytes(size_, slot));
+      break;
+    } catch (const ShmSegment::NoSpace& e) {
+      if (slot > smallest) {
+        slot = std::max(smallest, roundUp(slot / 2, kLine));
+        continue;
+      }
+      const size_t full = segmentBytes(size_, asked);
+      std::string message = c10::str(
+          "dummy_collectives: /dev/shm is too small for this group of ", size_, " ranks: its "
+          "shared memory needs ", full, " bytes (", debug_log::bytes(full), ") with buffer_bytes ",
+          debug_log::bytes(asked), ", and at least ", e.needed, " bytes (",
+          debug_log::bytes(e.needed), ") with the smallest fallback buffer ",
+          debug_log::bytes(slot), ", but ", ShmSegment::kDirectory, " has ", e.free, " bytes (",
+          debug_log::bytes(e.free), ") free (", e.what(), "). Fixes: a larger /dev/shm (docker "
+          "run --shm-size=1g, or --ipc=host; Kubernetes: an emptyDir with medium Memory on "
+          "/dev/shm), fewer groups alive at once (destroy the ones you no longer use), or fewer "
+          "ranks per group");
+      // The other ranks wait for the segment's name: give them the reason instead, and give
+      // them a moment to read it (this rank may host the store, which leaves with it).
+      const std::string failed = "!" + message;
+      store->set(kStoreKey, std::vector<uint8_t>(failed.begin(), failed.end()));
+      const auto patience = Clock::now() + std::chrono::seconds(2);
+      while (store->add(kFailureSeenKey, 0) < size_ - 1 && Clock::now() < patience) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      TORCH_CHECK(false, message);
+    }
+  }
+  if (slot != asked) {
+    DC_LOG(kWarn, label(rank_), "/dev/shm has too little free space (",
+           debug_log::bytes(ShmSegment::freeBytes() + segmentBytes(size_, slot)),
+           " before this group) for this group's shared memory with buffer_bytes ",
+           debug_log::bytes(asked), " (", debug_log::bytes(segmentBytes(size_, asked)),
+           "): using buffer_bytes ", debug_log::bytes(slot), " (",
+           debug_log::bytes(segmentBytes(size_, slot)), ") instead; large collectives take more "
+           "steps. A larger /dev/shm (docker run --shm-size, --ipc=host), fewer groups alive at "
+           "once or a smaller buffer_bytes avoids it");
+  }
+  ctl_ = new (segment_.data()) ControlBlock();
+  ctl_->magic = kMagic;
+  ctl_->worldSize = size_;
+  ctl_->slotBytes = slot;
+  for (int r = 0; r < size_; ++r) {
+    new (&control(r)) RankControl();
+  }
+  auto* channels = reinterpret_cast<ChannelControl*>(&control(size_));
+  for (int i = 0; i < size_ * size_; ++i) {
+    new (&channels[i]) ChannelControl();
+  }
+  const std::string value = c10::str(segment_.name(), settings, " ", slot);
+  store->set(kStoreKey, std::vector<uint8_t>(value.begin(), value.end()));
+  return slot;
+}
+
+std::string ShmTransport::awaitSegment(const c10::intrusive_ptr<c10d::Store>& store) const {
+  // Not a plain get(): that waits for the store's timeout (the default group's, for a new_group)
+  // however soon rank 0 died. Poll instead (check(), not a timed wait(): FileStore's wait()
+  // overshoots by up to a second), looking at rank 0's pid and the group's timeout in between.
+  const auto deadline = Clock::now() + join_.timeout;
+  const int32_t creator = pidOf(0);
+  for (auto pause = std::chrono::microseconds(100); !store->check({kStoreKey});
+       pause = std::min(pause * 2, kStorePollPause)) {
+    if (creator > 0 && !processAlive(creator)) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "dummy_collectives: rank ", label(0), " (pid ", creator, ") died before it created "
+              "the group's shared memory (rank ", label(rank_), " was joining the group); the "
+              "group is unusable"));
+    }
+    if (Clock::now() >= deadline) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "dummy_collectives: rank ", label(rank_), " waited ", join_.timeout.count(),
+              " ms (the group's timeout) for rank ", label(0), " to create the group's shared "
+              "memory, in vain: rank ", label(0), " never reached the group's creation"));
+    }
+    std::this_thread::sleep_for(pause);
+  }
+  std::vector<uint8_t> raw = store->get(kStoreKey);
+  std::string value(raw.begin(), raw.end());
+  if (!value.empty() && value[0] == '!') {
+    store->add(kFailureSeenKey, 1); // rank 0 may leave now
+    TORCH_CHECK(false, value.substr(1), " (raised on rank ", label(0), ", which creates it)");
+  }
+  return value;
+}
+
+int32_t ShmTransport::pidOf(int r) const {
+  if (ctl_ != nullptr && control(r).pid > 0) {
+    return control(r).pid;
+  }
+  return join_.pids[static_cast<size_t>(r)];
 }
 
 ShmTransport::~ShmTransport() = default;
@@ -340,9 +454,18 @@ std::string ShmTransport::peerProblem(int r) const {
     return c10::str("the group was aborted (", abortReason(), ")");
   }
   const RankControl& peer = control(r);
-  if (peer.pid > 0 && peer.pidNamespace == control(rank_).pidNamespace &&
-      !processAlive(peer.pid)) {
-    return c10::str("rank ", label(r), " (pid ", peer.pid, ") has died");
+  if (peer.pid > 0) {
+    if (peer.pidNamespace == control(rank_).pidNamespace && !processAlive(peer.pid)) {
+      return c10::str("rank ", label(r), " (pid ", peer.pid, ") has died");
+    }
+    return {};
+  }
+  // Not mapped yet: the pid its discovery published (same pid namespace) still tells a death.
+  const int32_t pid = join_.pids[static_cast<size_t>(r)];
+  if (pid > 0 && !processAlive(pid)) {
+    return c10::str(
+        "rank ", label(r), " (pid ", pid, ") has died (before it mapped the group's shared "
+        "memory: during the group's creation)");
   }
   return {};
 }
@@ -359,6 +482,13 @@ void ShmTransport::fail(const std::string& what) {
   std::string message = c10::str(opContext(), ": ", what);
   abort(message);
   C10_THROW_ERROR(DistBackendError, message);
+}
+
+void ShmTransport::failOnThisRank(const std::string& error) {
+  fail(c10::str(
+      "rank ", label(rank_), " (pid ", ::getpid(), ") failed part way through the collective: ",
+      error, "; the group is unusable (its ranks would no longer agree on the collective's "
+      "steps)"));
 }
 
 void ShmTransport::abort(const std::string& reason) {
@@ -393,6 +523,7 @@ void ShmTransport::beginOp(const OpDescriptor& op, std::chrono::milliseconds tim
   const int64_t now = arrivalClockNs();
   mine.arrivedNs[nextStep_ & 1] = now;
   arrival_ = {-1, 0, now};
+  faultStep_ = fault_ ? fault_->stepFor(rank_, op.seq) : 0;
 }
 
 void* ShmTransport::writeSlot() {
@@ -512,6 +643,11 @@ void ShmTransport::failPeerAccess(int r, const char* what, size_t bytes, int err
 
 void ShmTransport::exchange() {
   const uint64_t step = nextStep_;
+  if (faultStep_ != 0 && step - opFirstStep_ + 1 == static_cast<uint64_t>(faultStep_)) {
+    faultStep_ = 0;
+    fault_injection::fire(*fault_, c10::str("in ", opContext(), ", at its step ",
+                                            step - opFirstStep_ + 1));
+  }
   const bool decided = coresDecided_.load(std::memory_order_relaxed);
   if (!decided) {
     // Read as late as this: ranks pinned after the group was made are pinned by now.

@@ -169,7 +169,10 @@ bool DummyWork::wait(std::chrono::milliseconds timeout) {
     if (!bounded) {
       cv_.wait(lock, [&] { return completed_; });
     } else if (!cv_.wait_until(lock, deadline, [&] { return completed_; })) {
-      TORCH_CHECK(false, "dummy: Work.wait timed out after ", timeout.count(), " ms");
+      TORCH_CHECK(
+          false, "dummy ", c10d::opTypeToString(opType_), " #", seq_, " on rank ", rank_,
+          ": Work.wait timed out after ", timeout.count(), " ms (the operation goes on; wait "
+          "again, or let the group's timeout end it)");
     }
     if (exception_) {
       std::rethrow_exception(exception_);

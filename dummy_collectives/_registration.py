@@ -48,7 +48,9 @@ def _create_backend(
     global_ranks = [int(r) for r in (getattr(dist_opts, "global_ranks_in_group", None) or [])]
     if len(global_ranks) != size:
         global_ranks = []
-    found = topology.discover(store, rank, size, _group_settings(pg_options))
+    found = topology.discover(
+        store, rank, size, _group_settings(pg_options), timeout=dist_opts.timeout
+    )
     if len(found.hosts) == 1 or pg_options.mode == "zero":
         return DummyBackend(
             store,
@@ -58,6 +60,7 @@ def _create_backend(
             pg_options,
             group_name=name,
             global_ranks=global_ranks,
+            pids=list(found.pids),
         )
     return _hierarchy.create(
         store, found, dist_opts.timeout, pg_options, group_name=name, global_ranks=global_ranks

@@ -17,6 +17,7 @@ import os
 import socket
 import struct
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -126,21 +127,26 @@ def discover(
     rank: int,
     size: int,
     settings: Mapping[str, object] | None = None,
+    timeout: timedelta | None = None,
 ) -> Topology:
     """Exchanges every rank's host identity (and ``settings``, values every rank of the group
     must share) through ``store``; raises ValueError naming a setting where a rank's value
-    differs from rank 0's."""
+    differs from rank 0's. ``timeout``: the group's (``new_group(timeout=...)``); None: the
+    store's own, which for a new group is the default group's."""
     mine = this_host()
     record = {"identity": dataclasses.asdict(mine), "settings": dict(settings or {})}
     store.set(f"{_KEY_PREFIX}{rank}", json.dumps(record))
     keys = [f"{_KEY_PREFIX}{r}" for r in range(size)]
     try:
-        raws = store.multi_get(keys)
+        raws = _multi_get(store, keys, timeout)
     except RuntimeError as exc:  # the store's timeout: some ranks never came
         missing = [r for r, key in enumerate(keys) if not store.check([key])]
         raise dist.DistStoreError(
             f"dummy_collectives: rank {rank} created a group of {size} ranks, but ranks "
-            f"{missing} did not join it within the timeout ({exc})"
+            f"{missing} did not join it within the timeout ({exc}). If they did call "
+            "new_group, the ranks named the group differently: torch 2.15 numbers groups per "
+            "process, and a new_group(use_local_synchronization=True) that left ranks out "
+            "numbers only its members'"
         ) from exc
     records = [json.loads(raw) for raw in raws]
     _check_settings(rank, records)
@@ -189,3 +195,18 @@ def _group_by_host(rank: int, identities: Sequence[HostIdentity]) -> Topology:
             for identity in identities
         ),
     )
+
+
+def _multi_get(store: dist.Store, keys: list[str], timeout: timedelta | None) -> list[bytes]:
+    """``store.multi_get(keys)`` within ``timeout`` rather than the store's own timeout (the
+    default group's, for a new group), as torch's StoreTimeoutGuard does: one request that the
+    store answers when the last key arrives, so every rank reads every record before any rank
+    can raise and leave (a rank that polled could find the store's host gone)."""
+    if timeout is None:
+        return store.multi_get(keys)
+    before = store.timeout
+    store.set_timeout(timeout)
+    try:
+        return store.multi_get(keys)
+    finally:
+        store.set_timeout(before)

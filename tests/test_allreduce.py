@@ -255,3 +255,63 @@ def test_large_reductions_split_over_worker_threads(
                 p, [dtype], [big_shape(dtype), odd], ops=ops, compare_with_reference_group=False
             )
             support.assert_no_failures(p.run_ok(check_reduce_to_each_root, dtype, odd))
+
+
+NAN_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _check_equal_nan(
+    failures: list[str], what: str, actual: torch.Tensor, expected: torch.Tensor
+) -> None:
+    """Exactly equal, NaN where expected has NaN (torch.equal counts NaN as unequal)."""
+    same_nan = torch.equal(actual.isnan(), expected.isnan())
+    if not same_nan or not torch.equal(actual.nan_to_num(0.0), expected.nan_to_num(0.0)):
+        nans = expected.isnan().nonzero().reshape(-1)[:4].tolist()
+        failures.append(
+            f"{what}: expected NaN at {nans}..., got {actual[nans].tolist()}; "
+            f"{support.describe_mismatch(actual.nan_to_num(0.0), expected.nan_to_num(0.0))}"
+        )
+
+
+# One-shot, reduce-scatter + all-gather through the slots, and (2+ ranks) peer access.
+NAN_SIZES = (7, 40_000, 300_000)
+
+
+def check_nan_propagates(world_size: int) -> list[str]:
+    """MAX and MIN keep a NaN whichever rank holds it, as torch.maximum / torch.minimum do, and
+    every rank gets the same result; each rank holds a NaN in its own position (rank r at index
+    r), plus one position where every rank's value is NaN and one where none is."""
+    rank = dist.get_rank()
+    failures: list[str] = []
+    for dtype in NAN_DTYPES:
+        for n in NAN_SIZES:
+            inputs = []
+            for r in range(world_size):
+                t = (torch.arange(n, dtype=torch.float64) % 97 + r).to(dtype)
+                t[r] = float("nan")
+                t[n - 1] = float("nan")
+                inputs.append(t)
+            stacked = torch.stack([t.double() for t in inputs])
+            for name, op, expected in (
+                ("MAX", dist.ReduceOp.MAX, stacked.amax(0)),  # amax/amin propagate NaN
+                ("MIN", dist.ReduceOp.MIN, stacked.amin(0)),
+            ):
+                what = f"{name} {support.dtype_id(dtype)} n={n}"
+                mine = inputs[rank].clone()
+                dist.all_reduce(mine, op=op)
+                _check_equal_nan(failures, f"allreduce {what}", mine, expected.to(dtype))
+                reduced = inputs[rank].clone()
+                dist.reduce(reduced, dst=world_size - 1, op=op)
+                if rank == world_size - 1:
+                    _check_equal_nan(failures, f"reduce {what}", reduced, expected.to(dtype))
+                if n % world_size == 0:
+                    part = torch.empty(n // world_size, dtype=dtype)
+                    dist.reduce_scatter_tensor(part, inputs[rank].clone(), op=op)
+                    expected_part = expected.to(dtype).chunk(world_size)[rank]
+                    _check_equal_nan(failures, f"reduce_scatter {what}", part, expected_part)
+    return failures
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_max_min_propagate_nan_from_any_rank(pool: support.PoolFactory, world_size: int) -> None:
+    support.assert_no_failures(pool(world_size).run_ok(check_nan_propagates, world_size))

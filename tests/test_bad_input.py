@@ -99,6 +99,35 @@ BAD_CALLS: dict[str, tuple[str, Call]] = {
             [ones(4, device="meta")] + [ones(4) for _ in range(ws - 1)], ones(4)
         ),
     ),
+    # outputs whose elements share memory (expand()ed, stride 0): the result cannot be written
+    # into them (before: torch's copy_ raised after the data had moved, naming neither the
+    # collective nor the rank)
+    "allreduce: an expanded (stride-0) tensor": (
+        "allreduce",
+        lambda r, ws, be: dist.all_reduce(ones(1).expand(4)),
+    ),
+    "allgather: an expanded output": (
+        "allgather",
+        lambda r, ws, be: dist.all_gather(
+            [ones(1).expand(4)] + [ones(4) for _ in range(ws - 1)], ones(4)
+        ),
+    ),
+    "all_gather_into_tensor: an expanded output": (
+        "_allgather_base",
+        lambda r, ws, be: dist.all_gather_into_tensor(ones(1).expand(4 * ws), ones(4)),
+    ),
+    "reduce_scatter_tensor: an expanded output": (
+        "_reduce_scatter_base",
+        lambda r, ws, be: dist.reduce_scatter_tensor(ones(1).expand(3), ones(3 * ws)),
+    ),
+    "all_to_all_single: an expanded output": (
+        "alltoall_base",
+        lambda r, ws, be: dist.all_to_all_single(ones(1).expand(2 * ws), ones(2 * ws)),
+    ),
+    "recv: an expanded buffer": (
+        "recv",
+        lambda r, ws, be: be.recv([ones(2, 1).expand(2, 3)], (r + 1) % ws, 0),
+    ),
     # out-of-range ranks
     "broadcast: src == world size": (
         "broadcast",

@@ -222,3 +222,106 @@ def test_no_shared_memory_left_when_a_rank_dies_during_init() -> None:
     assert "ranks [1] did not join it within the timeout" in creation["error"], report
     assert creation["end"] - creation["start"] < 1.0 + DETECT_WITHIN_S, report
     assert not job.leftover_shm, report
+
+
+NEW_GROUP_TIMEOUT_S = 2.0
+
+
+def a_rank_never_joins_new_group() -> dict[str, Any]:
+    """Rank 2 never calls new_group: the others raise after new_group's own timeout (gloo:
+    after it too), not the default group's (before: 20 s here, 30 minutes with torch's
+    defaults)."""
+    faultjob.file_barrier("spawned")
+    faultjob.init_default_group(timeout_s=20)
+    result: dict[str, Any] = {}
+    if faultjob.rank() != 2:
+        result = attempt(lambda: dist.new_group(timeout=timedelta(seconds=NEW_GROUP_TIMEOUT_S)))
+    faultjob.file_barrier("done")
+    return result
+
+
+@pytest.mark.slow
+def test_new_group_honours_its_timeout_when_a_rank_never_joins() -> None:
+    job = faultjob.run_job(3, a_rank_never_joins_new_group, init=False, timeout_s=90)
+    report = job.report()
+    assert all(r.returned for r in job.ranks), report
+    for r in (0, 1):
+        what = job[r].value
+        assert what["error"] is not None and what["runtime_error"], report
+        took = what["end"] - what["start"]
+        assert NEW_GROUP_TIMEOUT_S * 0.8 < took < NEW_GROUP_TIMEOUT_S + DETECT_WITHIN_S, report
+        assert "ranks [2] did not join it" in what["error"], report
+    assert not job.leftover_shm, report
+
+
+def dies_while_the_group_is_made(victim: int) -> dict[str, Any]:
+    """`victim` dies in the group's creation before it maps the group's shared memory (the
+    fault-injection switch's collective 0): the others raise at once, naming it, instead of at
+    the group's timeout (before: 10 s here, "timed out ... waiting for ranks 2")."""
+    if faultjob.rank() == victim:
+        os.environ["DUMMY_COLLECTIVES_FAULT_INJECT"] = f"{victim}:0:0:die"
+    faultjob.file_barrier("spawned")
+    result: dict[str, Any] = {}
+    result["init"] = attempt(lambda: faultjob.init_default_group(timeout_s=10))
+    if result["init"]["error"] is None:
+        result["allreduce"] = attempt(lambda: dist.all_reduce(torch.ones(4)))
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", [0, 2], ids=["creator", "joiner"])
+def test_a_rank_dying_during_group_creation_is_named_promptly(victim: int) -> None:
+    job = faultjob.run_job(3, dies_while_the_group_is_made, victim, init=False, timeout_s=90)
+    report = job.report()
+    assert job[victim].exitcode == -signal.SIGKILL, report
+    for r in job.ranks:
+        if r.rank == victim:
+            continue
+        assert r.returned, report
+        # The creator (rank 0) dead: the others' init raises; a joiner dead: the first
+        # collective does (init does not wait for every rank to map the segment).
+        what = r.value["init"] if victim == 0 else r.value["allreduce"]
+        assert what["error"] is not None and what["runtime_error"], report
+        assert f"rank {victim} (pid " in what["error"] and "died" in what["error"], report
+        assert what["end"] - what["start"] < DETECT_WITHIN_S, report
+    assert not job.leftover_shm, report
+
+
+TIMEOUT_MESSAGE = re.compile(
+    r"rank (\d+)(?: \(.*?pid \d+\))? ?:? ?timed out after (\d+) ms \(its timeout is (\d+) ms\) "
+    r"waiting for ranks ([\d, ]+) to arrive"
+)
+
+
+def skipped_across_hosts() -> dict[str, Any]:
+    """3 ranks on 3 simulated hosts, rank 2 skips collective #2 (1.5 s timeout)."""
+    rank = faultjob.rank()
+    os.environ["DUMMY_COLLECTIVES_HOST_ID"] = f"h{rank}"
+    faultjob.file_barrier("spawned")
+    faultjob.init_default_group(timeout_s=1.5)
+    dist.all_reduce(torch.ones(2))
+    result: dict[str, Any] = {}
+    if rank != 2:
+        result = attempt(lambda: dist.all_reduce(torch.ones(16)))
+    faultjob.file_barrier("done")
+    return result
+
+
+@pytest.mark.slow
+def test_a_timeout_names_who_waited_and_never_quotes_less_than_the_timeout() -> None:
+    """Before, a rank quoting another's timeout seemed to wait for itself ("on rank 1: timed out
+    ... waiting for ranks 1, 2"), and the time quoted was since the cross-host wait began, a few
+    ms less than the timeout it quoted."""
+    job = faultjob.run_job(3, skipped_across_hosts, init=False, timeout_s=90)
+    report = job.report()
+    assert all(r.returned for r in job.ranks), report
+    for r in (0, 1):
+        message = job[r].value["error"]
+        assert message is not None, report
+        found = TIMEOUT_MESSAGE.search(message)
+        assert found, f"rank {r}: no timeout message: {message}"
+        waiter, after, timeout = int(found[1]), int(found[2]), int(found[3])
+        waited_for = {int(x) for x in found[4].split(",")}
+        assert waiter not in waited_for, f"rank {r}: the waiter is among the awaited: {message}"
+        assert 2 in waited_for, message
+        assert after >= timeout, f"rank {r}: quotes {after} ms < its timeout: {message}"

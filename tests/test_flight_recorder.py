@@ -144,6 +144,9 @@ def skip_one_collective(skipper: int) -> dict[str, Any]:
     """Everyone runs two collectives; then ``skipper`` skips an allreduce that the others time
     out in. The skipper waits until its group has failed, then leaves (its dump is written at
     exit)."""
+    # Spawn skew must not eat into the short timeout, which group creation honours too.
+    faultjob.file_barrier("spawned")
+    faultjob.init_default_group()
     rank = dist.get_rank()
     dist.all_reduce(torch.ones(16))
     dist.broadcast(torch.ones(16), src=0)
@@ -166,7 +169,9 @@ def test_a_skipped_collective_is_named_by_torchfrtrace_from_every_ranks_dump(
 ) -> None:
     prefix = "dummy_fr_rank_"
     monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", str(tmp_path / prefix))
-    job = faultjob.run_job(3, skip_one_collective, 1, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=60)
+    job = faultjob.run_job(
+        3, skip_one_collective, 1, init=False, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=60
+    )
     for r in (0, 2):
         assert job[r].returned and job[r].value["error"], job.report()
     assert not job.leftover_shm, job.report()

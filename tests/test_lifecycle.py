@@ -85,6 +85,53 @@ def fork_children(failures: list[str], groups: list[Any], ways: tuple[str, ...])
     return pids
 
 
+def forked_child_uses_the_group(hosts: int) -> dict[str, Any]:
+    """After init rank 0 forks; the child calls an allreduce on the parent's group. It must
+    raise (pid check at every collective's entry), not take its parent's place: before, ranks 1
+    and 2 summed the child's 100 with their 1s (102, want 3)."""
+    rank = faultjob.rank()
+    if hosts > 1:  # ranks 0 and 1 on host h0, rank 2 on h1
+        os.environ["DUMMY_COLLECTIVES_HOST_ID"] = f"h{rank * hosts // faultjob.world_size()}"
+    faultjob.init_default_group(timeout_s=10)
+    dist.all_reduce(torch.ones(1))
+    result: dict[str, Any] = {}
+    if rank == 0:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what the call did, leave without running any cleanup
+            os.close(read)
+            try:
+                dist.all_reduce(torch.full((4,), 100.0))
+                outcome = "returned"
+            except Exception as exc:
+                outcome = f"{type(exc).__name__}: {exc}"
+            os.write(write, outcome.encode()[:4000])
+            os._exit(0)
+        os.close(write)
+        result["child_status"] = wait_child(pid, limit_s=20)
+        with os.fdopen(read, "rb") as pipe:
+            result["child"] = pipe.read().decode()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    result["sum"] = t.tolist()
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hosts", [1, 2], ids=["one-host", "two-hosts"])
+def test_a_forked_child_cannot_use_its_parents_group(hosts: int) -> None:
+    job = faultjob.run_job(3, forked_child_uses_the_group, hosts, init=False, timeout_s=90)
+    report = job.report()
+    assert all(r.returned for r in job.ranks), report
+    child = job[0].value["child"]
+    assert job[0].value["child_status"] == "exit code 0", report
+    assert child.startswith("RuntimeError: dummy allreduce (rank 0): this process"), report
+    assert "forked" in child, report
+    for r in job.ranks:
+        assert r.value["sum"] == [3.0] * 4, report
+    assert not job.leftover_shm, report
+
+
 def reinit_cycles(cycles: int) -> dict[str, Any]:
     """init -> groups -> collectives (-> fork) -> destroy, `cycles` times in one process.
 

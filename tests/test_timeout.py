@@ -85,3 +85,46 @@ def test_allreduce_times_out_when_peer_missing(
             assert TIMEOUT_WORDS.search(message), (
                 f"rank {r}: timeout message does not mention a timeout: {message}"
             )
+
+
+WAIT_TIMEOUT_S = 1.0
+LATE_S = 4.0  # the late rank's delay: the group's timeout (20 s) is never reached
+
+
+def check_wait_timeout() -> dict[str, Any]:
+    """work.wait(timeout=1 s) raises after about 1 s while a peer is late (gloo: 1.0 s), and the
+    collective completes afterwards. Before, wait(timeout) ran the collective on the calling
+    thread, which honours only the group's timeout, and returned once the late rank came."""
+    rank = dist.get_rank()
+    group = dist.new_group(backend=harness.backend(), timeout=timedelta(seconds=20))
+    dist.barrier(group=group)
+    result: dict[str, Any] = {"error": None}
+    t = torch.full((8,), float(rank + 1))
+    if rank == 1:
+        time.sleep(LATE_S)
+        dist.all_reduce(t, group=group)
+    else:
+        work = dist.all_reduce(t, group=group, async_op=True)
+        assert work is not None
+        start = time.monotonic()
+        try:
+            work.wait(timeout=timedelta(seconds=WAIT_TIMEOUT_S))
+        except RuntimeError as exc:
+            result["error"] = str(exc)
+        result["took"] = time.monotonic() - start
+        work.wait()  # the collective itself goes on
+    result["sum"] = t.tolist()
+    dist.destroy_process_group(group)
+    return result
+
+
+def test_work_wait_honours_its_own_timeout(pool: support.PoolFactory) -> None:
+    results = pool(2).run_ok(check_wait_timeout, timeout_s=60)
+    waiter = results[0]
+    assert waiter["error"] is not None, f"wait(timeout=1 s) returned normally: {waiter}"
+    assert WAIT_TIMEOUT_S <= waiter["took"] < WAIT_TIMEOUT_S + 1.0, waiter
+    if support.IS_DUMMY:
+        assert "all_reduce" in waiter["error"].lower() or "allreduce" in waiter["error"].lower()
+        assert "rank 0" in waiter["error"], waiter
+    for result in results:
+        assert result["sum"] == [3.0] * 8, results

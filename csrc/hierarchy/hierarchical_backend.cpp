@@ -25,6 +25,7 @@
 #include <dummy_collectives/hierarchy/two_level.hpp>
 #include <dummy_collectives/monitored_barrier.hpp>
 #include <dummy_collectives/param_comms.hpp>
+#include <dummy_collectives/this_process.hpp>
 #include <dummy_collectives/work.hpp>
 
 #include "../host_staging.hpp"
@@ -178,7 +179,7 @@ HierarchicalBackend::HierarchicalBackend(
       topology_(std::move(topology)),
       hostBackend_(std::move(host)),
       waits_(std::make_unique<WaitLedger>(size)),
-      pid_(static_cast<int>(::getpid())) {
+      pid_(thisProcessId()) {
   TORCH_CHECK(
       topology_.size() == size && topology_.rank() == rank,
       "dummy_collectives: the topology is of rank ", topology_.rank(), " of ", topology_.size(),
@@ -221,6 +222,7 @@ HierarchicalBackend::HierarchicalBackend(
   levels_ = std::unique_ptr<Levels>(
       new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
   engine_ = std::make_shared<Engine>(Engine::Timing{});
+  fault_ = fault_injection::fromEnv(); // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
   // The flight recorder sees the group as its user does: the whole group's ranks and sequence
   // numbers. Its levels record nothing of their own there (the host level is told so; the
   // gloo levels record into torch's own recorder, whose dumps are separate).
@@ -304,6 +306,7 @@ std::string HierarchicalBackend::brokenReason() const {
 }
 
 Checker HierarchicalBackend::checker(const char* collective) const {
+  requireCreatorProcess(pid_, collective, getRank()); // a forked child: see this_process.hpp
   return Checker(collective, getRank(), getSize());
 }
 
@@ -363,6 +366,7 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
     Issue issue,
     Algorithm algorithm,
     const SplitSizes* splits) {
+  checker(collectiveName(op.kind)).writable(outputs); // before the number is taken
   op.seq = ++seq_;
   const bool observed = at::hasCallbacks(); // takes a lock: ask once
   if (observed) {
@@ -375,6 +379,10 @@ c10::intrusive_ptr<c10d::Work> HierarchicalBackend::submit(
   ctx.op = op;
   ctx.rank = getRank();
   ctx.timeout = issue.timeout == c10d::kUnsetTimeout ? options_->timeout : issue.timeout;
+  if (fault_) {
+    ctx.fault = &*fault_;
+    ctx.faultStep = fault_->stepFor(getRank(), op.seq);
+  }
   const uint64_t record = recordCollective(op, inputs, outputs, ctx.timeout);
   const auto issuedAt = debug_log::issueTime();
   // Where a profiler listens, the completion records who made whom wait (recordArrival).

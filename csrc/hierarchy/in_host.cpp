@@ -3,6 +3,7 @@
 namespace dummy_collectives::hierarchy {
 
 void InHostLevel::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const {
+  ctx.step();
   try {
     work->wait();
   } catch (const std::exception& e) {

@@ -80,6 +80,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(at::Tensor& data, int 
 }
 
 void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const {
+  ctx.step();
   if (!work->isCompleted()) {
     auto completion = std::make_shared<Completion>();
     work->getFuture()->addCallback([completion](c10::ivalue::Future&) {
@@ -97,9 +98,10 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
       const auto now = Clock::now();
       if (now >= ctx.deadline) {
         lock.unlock();
+        // This host's ranks have all come (the collective's in-host stage comes first).
         std::vector<int> others;
         for (const int member : members_) {
-          if (member != ctx.rank) {
+          if (topology_.hostOf(member) != topology_.host()) {
             others.push_back(member);
           }
         }
@@ -108,11 +110,16 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
         if (auto reason = health_.awaitPublished(kReasonPatience)) {
           health_.fail(ctx.describe(), *reason);
         }
+        // The reason goes to every rank: it names who waited (a rank quoting it would
+        // otherwise seem to have waited for itself), and the time since the collective began,
+        // which the deadline counts from (not since this wait began: that quoted less than the
+        // timeout).
+        const auto began = ctx.deadline - ctx.timeout;
         health_.fail(
             ctx.describe(),
             c10::str(
-                "timed out after ",
-                std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
+                health_.self(), " timed out after ",
+                std::chrono::duration_cast<std::chrono::milliseconds>(now - began).count(),
                 " ms (its timeout is ", ctx.timeout.count(), " ms) waiting for ranks ",
                 c10::Join(", ", others),
                 " to arrive (on other hosts); a rank that never calls it, or calls collectives "

@@ -70,6 +70,9 @@ class Checker {
       int64_t numel,
       const char* what,
       const char* refWhat = "the input") const;
+  // Tensors the collective writes its result into must not have elements that share memory (an
+  // expand()ed, stride-0 view): refused before anything moves, not by torch's copy_ after.
+  void writable(const std::vector<at::Tensor>& outputs) const;
   // The collective's (ReduceOp, dtype) pair resolved for a group of size() ranks.
   ReduceSpec reduction(const c10d::ReduceOp& op, c10::ScalarType dtype) const;
 

@@ -39,14 +39,16 @@ class DummyBackend final : public c10d::Backend {
   // them as "dummy.host:<collective>" inside the group's own event, and they record no
   // record_param_comms or flight recorder entries of their own (the group records them).
   // `globalRanks`: the group's ranks in the world, in group-rank order (empty: the world), as
-  // the flight recorder's dumps name them.
+  // the flight recorder's dumps name them. `pids`: every rank's pid from the group's discovery
+  // (GroupJoin::pids; empty: unknown).
   DummyBackend(
       const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
       int size,
       c10::intrusive_ptr<BackendOptions> options,
       HostLevelOf hostLevel = {},
-      std::vector<int64_t> globalRanks = {});
+      std::vector<int64_t> globalRanks = {},
+      std::vector<int32_t> pids = {});
   ~DummyBackend() override;
 
   const std::string getBackendName() const override {
@@ -200,6 +202,9 @@ class DummyBackend final : public c10d::Backend {
       std::vector<at::Tensor> outputs,
       Issue issue,
       Body body);
+  // Refuses outputs whose elements share memory (Checker::writable), before the collective's
+  // number is taken (the group stays usable).
+  void requireWritable(const OpDescriptor& op, const std::vector<at::Tensor>& outputs) const;
   // What stamp() found out about a collective.
   struct Stamp {
     std::chrono::milliseconds limit; // how long it may take
@@ -232,8 +237,13 @@ class DummyBackend final : public c10d::Backend {
   // Whether device tensors take the device path (CUDA IPC); false for CPU tensors, in zero mode
   // and in CPU-only builds.
   bool onDevicePath(const std::vector<at::Tensor>& tensors) const;
+  // Also refuses a forked child (requireCreator).
   Checker checker(const char* collective) const;
   void requireReal(const char* collective) const;
+  // Raises in a process that did not create the group: a child forked after the group was made
+  // shares the parent's segment and would take the parent's place in its collectives (NCCL
+  // refuses a communicator in a forked child too). A cached compare, not a syscall.
+  void requireCreator(const char* collective) const;
   algorithms::PeerAccessWindow peerAccessWindow() const;
   algorithms::AllreducePlan allreducePlan() const;
   // _reduce_scatter_base and reduce_scatter_tensor_coalesced: outputs[i] receives part rank()

@@ -45,7 +45,8 @@ class Engine final : public Progress {
   void expedite() override;
 
   // Runs queued work on the calling thread until `work` has run; if another thread is running
-  // the queue, returns at once (the caller then blocks on the Work).
+  // the queue, or the caller waits with a deadline (not time_point::max()), returns at once (the
+  // caller then blocks on the Work).
   void runUntil(const DummyWork& work, std::chrono::steady_clock::time_point deadline) override;
 
   // Runs `run()` on the calling thread now if nothing is queued or running (the caller will wait

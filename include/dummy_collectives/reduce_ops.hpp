@@ -79,16 +79,21 @@ struct Product {
     }
   }
 };
+// MIN and MAX propagate NaN, as torch.minimum / torch.maximum do, whichever rank holds it (a
+// plain compare keeps a NaN only where it is the first operand, so only rank 0's would survive;
+// people detect divergence with all_reduce(MAX)). `b != b` is false for every integer, so those
+// compile to the plain compare. Every rank folds in the same order, so every rank gets the same
+// NaN.
 struct Min {
   template <typename A>
   DC_HOST_DEVICE A operator()(A a, A b) const {
-    return b < a ? b : a;
+    return (b < a || b != b) ? b : a;
   }
 };
 struct Max {
   template <typename A>
   DC_HOST_DEVICE A operator()(A a, A b) const {
-    return a < b ? b : a;
+    return (a < b || b != b) ? b : a;
   }
 };
 struct BitAnd {

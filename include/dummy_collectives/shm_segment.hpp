@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 
 namespace dummy_collectives {
@@ -11,8 +12,23 @@ namespace dummy_collectives {
 class ShmSegment {
  public:
   static constexpr const char* kNamePrefix = "/dummy_collectives_";
+  static constexpr const char* kDirectory = "/dev/shm"; // where glibc's shm_open puts names
 
+  // /dev/shm cannot hold a segment of `needed` bytes (tmpfs refused to reserve its pages).
+  struct NoSpace : std::runtime_error {
+    NoSpace(size_t needed, size_t free, const std::string& what)
+        : std::runtime_error(what), needed(needed), free(free) {}
+    size_t needed;
+    size_t free; // bytes /dev/shm had free when it refused
+  };
+
+  // Creates a segment of `bytes` with every page reserved (posix_fallocate): tmpfs allocates
+  // pages lazily, so without the reservation a full /dev/shm (Docker's default is 64 MiB) lets
+  // ftruncate succeed and then kills the first rank to touch a missing page with SIGBUS.
+  // Throws NoSpace where /dev/shm cannot hold it.
   static ShmSegment create(size_t bytes);
+  // Bytes free in /dev/shm for this process (0 if unknown).
+  static size_t freeBytes();
   static ShmSegment open(const std::string& name, size_t bytes);
 
   ShmSegment() = default;

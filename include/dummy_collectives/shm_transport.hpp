@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <dummy_collectives/arrival.hpp>
+#include <dummy_collectives/fault_injection.hpp>
 #include <dummy_collectives/shm_segment.hpp>
 #include <dummy_collectives/transport.hpp>
 
@@ -80,6 +81,15 @@ struct HostLevelOf {
   int ranksOnMachine = 0;
 };
 
+// What a rank knows of the group's ranks before they map its segment.
+struct GroupJoin {
+  // How long a rank waits for rank 0 to publish the segment (the group's timeout).
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // Every rank's pid as the group's discovery found it, in this pid namespace (0: unknown, or
+  // another namespace). A rank that dies before it maps the segment is known dead by it.
+  std::vector<int32_t> pids;
+};
+
 // The CPU transport: one shared-memory segment per process group. Rank 0 creates it and
 // publishes its name through the group's Store; once every rank has mapped it, the last one
 // to map removes the name.
@@ -94,6 +104,7 @@ class ShmTransport final : public Transport {
       bool peerAccess, // BackendOptions::peerAccess
       double peerAccessMinSpeed, // BackendOptions::peerAccessMinSpeed
       std::vector<GroupSetting> settings,
+      GroupJoin join = {},
       HostLevelOf hostLevel = {});
   ~ShmTransport() override;
 
@@ -116,6 +127,10 @@ class ShmTransport final : public Transport {
   void writePeer(int r, void* remote, const void* local, size_t bytes) override;
   void waitUntil(const std::function<bool()>& ready, const std::string& what) override;
   void abort(const std::string& reason) override;
+  // This rank alone failed part way through the current collective (out of memory, a bug): its
+  // peers would wait for steps it never takes, or read its next collective's steps as this
+  // one's. Aborts the group naming this rank and `error`, and raises that (DistBackendError).
+  [[noreturn]] void failOnThisRank(const std::string& error);
 
   // The ring carrying point-to-point messages from rank `src` to rank `dst`.
   P2pChannel channel(int src, int dst) const;
@@ -147,8 +162,19 @@ class ShmTransport final : public Transport {
 
   // Bytes of shared memory a group of `size` ranks maps.
   static size_t segmentBytes(int size, size_t slotBytes);
+  // The smallest slot rank 0 falls back to where /dev/shm cannot hold the asked-for one.
+  static constexpr size_t kMinFallbackSlotBytes = size_t{64} << 10;
 
  private:
+  // Rank 0: creates the segment, with smaller slots where /dev/shm cannot hold the asked-for
+  // ones (and says so in the debug log); raises, telling every rank, where even the smallest
+  // does not fit. Returns the slot size it used.
+  size_t createSegment(const c10::intrusive_ptr<c10d::Store>& store, std::string settings);
+  // Ranks other than 0: rank 0's published segment name, settings and slot size; raises if rank
+  // 0 dies (or failed to create it) before, or the group's timeout passes.
+  std::string awaitSegment(const c10::intrusive_ptr<c10d::Store>& store) const;
+  // Rank r's pid: from its control block once it has mapped the segment, else from discovery.
+  int32_t pidOf(int r) const;
   RankControl& control(int r) const;
   std::string abortReason() const;
   std::vector<int> labels(const std::vector<int>& ranks) const;
@@ -213,6 +239,12 @@ class ShmTransport final : public Transport {
   std::atomic<PeerAccess> peerAccess_{PeerAccess::kUndecided};
 
   HostLevelOf hostLevel_;
+  GroupJoin join_;
+  // DUMMY_COLLECTIVES_FAULT_INJECT (tests): the fault this rank injects, and the step of the
+  // current collective at which it fires (0: none). Never set for a host level, whose
+  // collectives are steps of its group's (HierarchicalBackend injects those).
+  std::optional<fault_injection::Fault> fault_;
+  int faultStep_ = 0;
   int cpu_ = -1; // the CPU noteCpu() last saw
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
   uint64_t opFirstStep_ = 0;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <dummy_collectives/arrival.hpp>
+#include <dummy_collectives/fault_injection.hpp>
 #include <dummy_collectives/flight_recorder.hpp>
 #include <dummy_collectives/hierarchy/levels.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
@@ -210,6 +212,7 @@ class HierarchicalBackend final : public c10d::Backend {
   std::unique_ptr<WaitLedger> waits_; // bodies hold it raw: the engine goes first (see submit)
   uint64_t p2pSeq_ = 0;
   int pid_;
+  std::optional<fault_injection::Fault> fault_; // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
 };
 
 } // namespace hierarchy

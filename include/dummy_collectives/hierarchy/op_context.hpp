@@ -4,6 +4,7 @@
 #include <string>
 
 #include <dummy_collectives/arrival.hpp>
+#include <dummy_collectives/fault_injection.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 
 namespace dummy_collectives::hierarchy {
@@ -27,6 +28,18 @@ struct OpContext {
   // has one) who the group waited for: see agreement.hpp. Null where nobody asks.
   int64_t arrivedNs = 0;
   Arrival* arrival = nullptr;
+
+  // DUMMY_COLLECTIVES_FAULT_INJECT (tests): the fault this rank injects into this collective,
+  // and at which of its steps (0: none); a step is a wait on a level, counted in `steps`.
+  const fault_injection::Fault* fault = nullptr;
+  int faultStep = 0;
+  mutable int steps = 0;
+  // Each wait on a level begins with this.
+  void step() const {
+    if (faultStep != 0 && ++steps == faultStep) {
+      fault_injection::fire(*fault, "in " + describe() + ", at its step " + std::to_string(steps));
+    }
+  }
 
   // The timeout of an in-host step after the collective's first.
   std::chrono::milliseconds followingStepTimeout() const {

@@ -1,0 +1,24 @@
+#pragma once
+
+#include <c10/macros/Macros.h>
+
+namespace dummy_collectives {
+
+// This process's pid, cached: glibc's getpid() is a system call, too dear for every collective's
+// entry. A pthread_atfork child handler refreshes it, so a forked child sees its own pid.
+int thisProcessId();
+
+// Raises a RuntimeError saying that this process, a child forked from `creator` (the process
+// that made the group), cannot use the group.
+[[noreturn]] void refuseForkedChild(int creator, const char* collective, int rank);
+
+// At every collective's entry: a child forked after the group was made shares the parent's
+// segment and would take the parent's place in its collectives, so it is refused (NCCL refuses a
+// communicator in a forked child too). A cached compare, not a syscall.
+inline void requireCreatorProcess(int creator, const char* collective, int rank) {
+  if (C10_UNLIKELY(thisProcessId() != creator)) {
+    refuseForkedChild(creator, collective, rank);
+  }
+}
+
+} // namespace dummy_collectives
