@@ -148,6 +148,13 @@ def discover(
             "process, and a new_group(use_local_synchronization=True) that left ranks out "
             "numbers only its members'"
         ) from exc
+    # Rank 0 returns only once every rank holds the records. Under tcp:// and env:// its process
+    # serves the store, and the store goes with the first failed init_process_group: a rank
+    # that raises next (a setting every rank finds bad alike) must not break a slower rank's
+    # read ("Broken pipe") before that rank could raise the same error.
+    store.set(f"{_KEY_PREFIX}read/{rank}", "1")
+    if rank == 0:
+        store.wait([f"{_KEY_PREFIX}read/{r}" for r in range(size)], timeout or store.timeout)
     records = [json.loads(raw) for raw in raws]
     _check_settings(rank, records)
     return _group_by_host(rank, [HostIdentity(**r["identity"]) for r in records])
