@@ -206,34 +206,31 @@ CrossHostP2P::CrossHostP2P(c10::intrusive_ptr<c10d::Backend> engine, int rank)
     : engine_(std::move(engine)), rank_(rank), settling_(std::make_shared<Settling>()) {}
 
 c10::intrusive_ptr<c10d::Work> CrossHostP2P::send(const at::Tensor& data, int dst, uint32_t tag) {
-  std::lock_guard<std::mutex> lock(mu_); // the three posts of one operation stay together
-  const uint64_t seq = sent_[{dst, tag}]++;
-  at::Tensor ours = recordOf(tag, seq, data, rank_);
-  at::Tensor theirs = at::empty({static_cast<int64_t>(sizeof(Record))}, at::kByte);
-  auto ownWork =
-      engineSend(*engine_, ours, dst, asEngineTag(kSenderRecords | (tag & kRecordTagMask)));
-  auto peerWork =
-      engineRecv(*engine_, theirs, dst, asEngineTag(kReceiverRecords | (tag & kRecordTagMask)));
-  auto payload = engineSend(
-      *engine_, data, dst, payloadSlot(tag, static_cast<int64_t>(data.nbytes()), seq));
-  return c10::make_intrusive<CrossHostWork>(
-      true, rank_, dst, tag, seq, data, std::move(theirs), std::move(ownWork),
-      std::move(peerWork), std::move(payload), settling_);
+  return post(true, data, dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> CrossHostP2P::recv(const at::Tensor& data, int src, uint32_t tag) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t seq = received_[{src, tag}]++;
+  return post(false, data, src, tag);
+}
+
+// A send and a receive post the same three messages, mirrored: this side's record goes to the
+// peer's slot for its side (senders' or receivers'), the peer's record comes from the other.
+c10::intrusive_ptr<c10d::Work> CrossHostP2P::post(
+    bool sending, const at::Tensor& data, int peer, uint32_t tag) {
+  std::lock_guard<std::mutex> lock(mu_); // the three posts of one operation stay together
+  const uint64_t seq = (sending ? sent_ : received_)[{peer, tag}]++;
+  const uint32_t slot = tag & kRecordTagMask;
+  const uint32_t ownRecords = sending ? kSenderRecords : kReceiverRecords;
+  const uint32_t peerRecords = sending ? kReceiverRecords : kSenderRecords;
   at::Tensor ours = recordOf(tag, seq, data, rank_);
   at::Tensor theirs = at::empty({static_cast<int64_t>(sizeof(Record))}, at::kByte);
-  auto ownWork =
-      engineSend(*engine_, ours, src, asEngineTag(kReceiverRecords | (tag & kRecordTagMask)));
-  auto peerWork =
-      engineRecv(*engine_, theirs, src, asEngineTag(kSenderRecords | (tag & kRecordTagMask)));
-  auto payload = engineRecv(
-      *engine_, data, src, payloadSlot(tag, static_cast<int64_t>(data.nbytes()), seq));
+  auto ownWork = engineSend(*engine_, ours, peer, asEngineTag(ownRecords | slot));
+  auto peerWork = engineRecv(*engine_, theirs, peer, asEngineTag(peerRecords | slot));
+  const int payloadTag = payloadSlot(tag, static_cast<int64_t>(data.nbytes()), seq);
+  auto payload = sending ? engineSend(*engine_, data, peer, payloadTag)
+                         : engineRecv(*engine_, data, peer, payloadTag);
   return c10::make_intrusive<CrossHostWork>(
-      false, rank_, src, tag, seq, data, std::move(theirs), std::move(ownWork),
+      sending, rank_, peer, tag, seq, data, std::move(theirs), std::move(ownWork),
       std::move(peerWork), std::move(payload), settling_);
 }
 

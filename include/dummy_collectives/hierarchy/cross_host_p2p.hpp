@@ -43,6 +43,7 @@ class CrossHostP2P {
   struct Settling;
 
  private:
+  c10::intrusive_ptr<c10d::Work> post(bool sending, const at::Tensor& data, int peer, uint32_t tag);
   c10::intrusive_ptr<c10d::Backend> engine_;
   int rank_;
   std::mutex mu_;
