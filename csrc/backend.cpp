@@ -1,18 +1,15 @@
-// The c10d face of a group on one host: what each collective checks (argument_checks.cpp) and
-// which algorithm it runs (algorithms.cpp, or the device path); how a collective is issued lives
-// in backend_submission.cpp.
+// The c10d face of every group: what each collective checks (argument_checks.cpp) and which
+// lowering step it is (lowering.hpp); how a collective is issued lives in backend_submission.cpp.
 #include <dummy_collectives/backend.hpp>
 
 #include <unistd.h>
 
 #include <c10/util/Exception.h>
 
-#include <dummy_collectives/algorithms.hpp>
 #include <dummy_collectives/argument_checks.hpp>
 #include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/exit_registry.hpp>
 #include <dummy_collectives/monitored_barrier.hpp>
-#include <dummy_collectives/p2p_engine.hpp>
 #include <dummy_collectives/param_comms.hpp>
 #include <dummy_collectives/this_process.hpp>
 
@@ -26,115 +23,73 @@ const char* zeroModeUnsupported =
     " is not available in zero mode (DUMMY_COLLECTIVES_MODE=zero reproduces PyTorch's "
     "tutorial backend, which implements only allreduce and allgather)";
 
-// What the exit flush needs of a live backend. Weak references: they must not keep a destroyed
+// What the exit flush needs of a live group. Weak references: they must not keep a destroyed
 // group's threads and shared memory alive.
-class ShmExitHandle final : public ExitHandle {
+class GroupExitHandle final : public ExitHandle {
  public:
-  ShmExitHandle(
+  GroupExitHandle(
       std::weak_ptr<Engine> engine,
-      std::weak_ptr<P2pEngine> p2p,
-      std::weak_ptr<ShmTransport> transport,
+      std::weak_ptr<Lowering> lowering,
       flight_recorder::Group* recorded)
-      : engine_(std::move(engine)),
-        p2p_(std::move(p2p)),
-        transport_(std::move(transport)),
-        recorded_(recorded) {}
+      : engine_(std::move(engine)), lowering_(std::move(lowering)), recorded_(recorded) {}
 
   bool drain() override {
-    // Declared so that they are released engine first, transport last (as ~DummyBackend does).
-    auto transport = transport_.lock();
-    auto p2p = p2p_.lock();
+    // Declared so that they are released engine first, lowering last (as ~DummyBackend does).
+    auto lowering = lowering_.lock();
     auto engine = engine_.lock();
-    if (!engine || !p2p || !transport) {
+    if (!engine || !lowering) {
       return false; // destroyed meanwhile
     }
     engine->drain();
-    p2p->finishForExit();
+    lowering->finishForExit();
     // A rank whose group failed while it was elsewhere (it skipped the collective its peers
     // timed out in) learns it here at the latest: its dump is part of the job's.
-    const std::string broken = transport->brokenReason();
+    const std::string broken = lowering->brokenReason();
     if (!broken.empty()) {
       flight_recorder::dumpOnFailure(recorded_, broken);
     }
     return true;
   }
   void abort(const std::string& reason) override {
-    if (auto transport = transport_.lock()) {
-      transport->abort(reason);
+    if (auto lowering = lowering_.lock()) {
+      lowering->abort(reason);
     }
   }
 
  private:
   std::weak_ptr<Engine> engine_;
-  std::weak_ptr<P2pEngine> p2p_;
-  std::weak_ptr<ShmTransport> transport_;
+  std::weak_ptr<Lowering> lowering_;
   flight_recorder::Group* recorded_; // null: not recorded (kept by the recorder for good)
 };
 
-// TRACE: the line of a point-to-point operation, written when it completes (after its
-// copy-back), with its time since the call.
-P2pEngine::Finish tracedP2p(
-    P2pEngine::Finish finish,
-    const debug_log::Site& site,
-    std::string what,
-    const at::Tensor& tensor) {
-  what += c10::str(
-      " of ", tensor.numel(), " ", tensor.scalar_type(), " elements (",
-      debug_log::bytes(tensor.numel() * tensor.element_size()), ")", debug_log::inGroup(site));
-  return [finish = std::move(finish), rank = site.rank, what = std::move(what),
-          issuedAt = std::chrono::steady_clock::now()] {
-    finish();
-    debug_log::emit(
-        debug_log::Level::kTrace, rank, what + ": done in " + debug_log::elapsedSince(issuedAt));
-  };
+// Tensors as the lowerings take them: contiguous, in host memory (HostStaging).
+std::vector<int64_t> bytesPerRank(const std::vector<int64_t>& rows, size_t rowBytes) {
+  std::vector<int64_t> bytes;
+  for (int64_t n : rows) {
+    bytes.push_back(n * static_cast<int64_t>(rowBytes));
+  }
+  return bytes;
 }
 
 } // namespace
 
 DummyBackend::DummyBackend(
-    const c10::intrusive_ptr<c10d::Store>& store,
     int rank,
     int size,
     c10::intrusive_ptr<BackendOptions> options,
-    HostLevelOf hostLevel,
-    std::vector<int64_t> globalRanks,
-    std::vector<int32_t> pids)
+    std::shared_ptr<Lowering> lowering,
+    std::vector<int64_t> globalRanks)
     : c10d::Backend(rank, size),
       options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
-      hostLevel_(!hostLevel.groupRanks.empty()),
+      lowering_(std::move(lowering)),
       pid_(thisProcessId()) {
-  if (options_->mode == Mode::kReal) {
-    transport_ = std::make_shared<ShmTransport>(
-        store,
-        rank,
-        size,
-        options_->bufferBytes,
-        options_->spinMicros,
-        options_->peerAccess,
-        options_->peerAccessMinSpeed,
-        std::vector<GroupSetting>{
-            {"one_shot_max_bytes (DUMMY_COLLECTIVES_ONE_SHOT_MAX_BYTES)",
-             options_->oneShotMaxBytes},
-            {"peer_access_min_bytes (DUMMY_COLLECTIVES_PEER_ACCESS_MIN_BYTES)",
-             options_->peerAccessMinBytes},
-            {"peer_access_max_bytes (DUMMY_COLLECTIVES_PEER_ACCESS_MAX_BYTES)",
-             options_->peerAccessMaxBytes}},
-        GroupJoin{options_->timeout, std::move(pids)},
-        std::move(hostLevel));
-    workers_ = std::make_shared<WorkerPool>(
-        options_->threads > 0 ? options_->threads : WorkerPool::defaultThreads(size));
-    p2p_ = std::make_shared<P2pEngine>(transport_, options_->timeout);
-    device_ = makeDeviceCollectives(store, rank, size, *options_);
-  }
   engine_ = std::make_shared<Engine>(Engine::Timing{});
-  if (transport_ && !hostLevel_) { // a host level's operations are steps of its group's
+  if (lowering_) {
     fr_ = flight_recorder::registerGroup(options_->group_name, std::move(globalRanks), rank, size);
-  }
-  if (transport_) {
-    exitHandle_ = std::make_shared<ShmExitHandle>(engine_, p2p_, transport_, fr_.get());
+    exitHandle_ = std::make_shared<GroupExitHandle>(engine_, lowering_, fr_.get());
     registerForExit(exitHandle_, options_->timeout, rank);
   }
-  traceSite_ = {transport_ ? transport_->label(rank) : rank, &options_->group_name, !hostLevel_};
+  traceSite_ = {rank, &options_->group_name, true};
   if (DC_LOG_ENABLED(kInfo)) {
     logCreation();
   }
@@ -146,84 +101,39 @@ DummyBackend::~DummyBackend() {
     // their mutexes and condition variables may be in any state; joining or destroying them
     // hangs. The shared memory is the parent's. Leave it all to the parent.
     new std::shared_ptr<Engine>(std::move(engine_));
-    new std::shared_ptr<P2pEngine>(std::move(p2p_));
-    new std::shared_ptr<ShmTransport>(std::move(transport_));
+    new std::shared_ptr<Lowering>(std::move(lowering_));
     return;
   }
-  engine_.reset(); // runs what is still queued, while the transport is alive
-  p2p_.reset();
-  if (fr_ && transport_ && !transport_->brokenReason().empty()) {
+  engine_.reset(); // runs what is still queued, while the lowering is alive
+  if (fr_ && lowering_ && !lowering_->brokenReason().empty()) {
     // As at exit: a rank that was not in the failed collective dumps when it lets go.
-    flight_recorder::dumpOnFailure(fr_.get(), transport_->brokenReason());
+    flight_recorder::dumpOnFailure(fr_.get(), lowering_->brokenReason());
   }
 }
 
 void DummyBackend::logCreation() const {
-  using debug_log::bytes;
-  const int me = traceSite_.rank;
-  // A host level is a part of its group (HierarchicalBackend logs the group itself).
-  const char* part = hostLevel_ ? "host level: " : "";
-  if (hostLevel_) {
-    std::vector<int> ranks;
-    for (int r = 0; r < getSize(); ++r) {
-      ranks.push_back(transport_->label(r));
-    }
-    DC_LOG(kInfo, me, part, "local rank ", getRank(), " of ", getSize(),
-           " (the group's ranks on this host: ", c10::Join(", ", ranks), ")");
-  } else {
-    const std::string& name = options_->group_name;
-    DC_LOG(kInfo, me, "group", name.empty() ? "" : " " + name, ": rank ", getRank(), " of ",
-           getSize(), ", all on one host, mode ", modeName(mode()));
+  const int me = getRank();
+  const std::string& name = options_->group_name;
+  const auto hosts = lowering_ ? lowering_->hosts() : std::vector<std::vector<int>>{{}};
+  DC_LOG(kInfo, me, "group", name.empty() ? "" : " " + name, ": rank ", getRank(), " of ",
+         getSize(), hosts.size() == 1 ? ", all on one host" : c10::str(" on ", hosts.size(), " hosts"),
+         ", mode ", modeName(mode()), lowering_ ? c10::str(", lowering ", lowering_->name()) : "");
+  if (lowering_) {
+    lowering_->logCreation(me);
   }
-  if (!transport_) {
-    return; // zero mode: nothing moves
-  }
-  DC_LOG(kInfo, me, part, "transport: shared memory, a segment of ",
-         bytes(ShmTransport::segmentBytes(getSize(), transport_->slotBytes())),
-         ", 2 slots of buffer_bytes ", bytes(transport_->slotBytes()), " per rank");
-  DC_LOG(kInfo, me, part, "allreduce one-shot up to one_shot_max_bytes ",
-         bytes(options_->oneShotMaxBytes), ", peer access ",
-         options_->peerAccess
-             ? c10::str("from ", bytes(options_->peerAccessMinBytes), " to ",
-                        bytes(options_->peerAccessMaxBytes), " (min speed ",
-                        options_->peerAccessMinSpeed,
-                        ", the group decides at its first collective in that window)")
-             : std::string("off (peer_access 0)"),
-         ", reduce kernels ", reduceCapability());
-  DC_LOG(kInfo, me, part, "threads per rank ", workers_->threads(),
-         options_->threads > 0 ? "" : " (auto)", ", spin ",
-         options_->spinMicros >= 0
-             ? c10::str(options_->spinMicros, " us")
-             : std::string("auto (1 ms while ranks have a core each, 2 us where they share)"),
-         ", whether ranks share cores is decided at the first collective");
-  std::string cuda = "none (CPU-only build)";
-  if (device_) {
-    cuda = options_->cudaIpc
-        ? c10::str("CUDA IPC, 2 device buffers of ", bytes(options_->cudaBufferBytes),
-                   " set up at the first CUDA collective (staged through host memory where "
-                   "that fails), cuda_host_wait ", options_->cudaHostWait ? "on" : "off")
-        : std::string("staged through host memory (cuda_ipc 0)");
-  }
-  DC_LOG(kInfo, me, part, "CUDA tensors: ", cuda);
 }
 
 void DummyBackend::abort() {
-  if (transport_) {
-    transport_->abort(c10::str(
+  if (lowering_) {
+    lowering_->abort(c10::str(
         "rank ", getRank(), " (pid ", pid_, ") aborted the process group (ProcessGroup.abort)"));
-  }
-}
-
-void DummyBackend::abortWith(const std::string& reason) {
-  if (transport_) {
-    transport_->abort(reason);
   }
 }
 
 void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
   options_->timeout = timeout;
-  if (p2p_) {
-    p2p_->setTimeout(timeout);
+  if (lowering_) {
+    lowering_->setTimeout(timeout);
   }
 }
 
@@ -235,40 +145,24 @@ void DummyBackend::requireReal(const char* collective) const {
   TORCH_CHECK(mode() == Mode::kReal, "dummy ", collective, zeroModeUnsupported);
 }
 
-std::string DummyBackend::peerAccess() const {
-  return transport_ ? transport_->peerAccessState() : "off";
-}
-
-std::optional<bool> DummyBackend::sharesCores() const {
-  return transport_ ? transport_->sharesCores() : std::nullopt;
-}
-
 std::string DummyBackend::brokenReason() const {
-  return transport_ ? transport_->brokenReason() : std::string();
+  return lowering_ ? lowering_->brokenReason() : std::string();
 }
 
 WaitLedger::Totals DummyBackend::waitTotals() const {
-  if (!transport_) { // zero mode: nothing waits
+  if (!lowering_) { // zero mode: nothing waits
     WaitLedger::Totals none;
     none.timesLast.assign(getSize(), 0);
     none.waitedForNs.assign(getSize(), 0);
     return none;
   }
-  return transport_->waits().totals();
+  return lowering_->waitTotals();
 }
 
 void DummyBackend::resetWaits() {
-  if (transport_) {
-    transport_->waits().reset();
+  if (lowering_) {
+    lowering_->resetWaits();
   }
-}
-
-algorithms::PeerAccessWindow DummyBackend::peerAccessWindow() const {
-  return {options_->peerAccessMinBytes, options_->peerAccessMaxBytes};
-}
-
-algorithms::AllreducePlan DummyBackend::allreducePlan() const {
-  return {options_->oneShotMaxBytes, peerAccessWindow()};
 }
 
 Checker DummyBackend::checker(const char* collective) const {
@@ -277,6 +171,8 @@ Checker DummyBackend::checker(const char* collective) const {
 }
 
 // ---- The collectives ---------------------------------------------------------------------------
+// Each: check on the caller's thread, then one body that stages the tensors into contiguous host
+// memory (HostStaging: in place where they already are) and runs its lowering step.
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
     std::vector<at::Tensor>& tensors,
@@ -290,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
   }
   OpDescriptor op = checked.op;
   const ReduceSpec& spec = checked.specs[0];
-  if (onDevicePath(tensors)) {
+  if (DeviceCollectives* device = deviceFor(tensors)) {
     if (getSize() == 1 && !spec.premul) {
       // Nothing moves and nothing changes (AVG divides by one): no device work to order, as
       // NCCL does for one rank.
@@ -298,17 +194,16 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
       return DummyWork::completed(getRank(), c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors);
     }
     return submitDevice(
-        op, c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors, tensors, issued(opts),
+        *device, op, c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors, tensors, issued(opts),
         [tensor = tensors[0], spec](DeviceCollectives& d, Transport& t) mutable {
           d.allreduce(t, tensor, spec);
         });
   }
   return submit(
       op, c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors, tensors, issued(opts),
-      [staged = HostStaging(tensors[0]), spec, plan = allreducePlan(), workers = workers_](
-          Transport& t) mutable {
-        at::Tensor& host = staged.acquire(/*copyIn=*/true);
-        algorithms::allreduce(t, host, spec, plan, *workers);
+      [staged = HostStaging(tensors[0]), r = Reduction{opts.reduceOp, spec}](
+          Lowering& l, const OpContext& c) mutable {
+        l.allreduce(c, staged.acquire(/*copyIn=*/true), r);
         staged.release(/*copyOut=*/true);
       });
 }
@@ -321,9 +216,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_sparse(
   requireReal("allreduce_sparse");
   return submit(
       op, c10d::OpType::_ALLREDUCE_SPARSE, "dummy:sparse_all_reduce", tensors, tensors,
-      issued(opts), [tensor = tensors[0]](Transport& t) {
+      issued(opts), [tensor = tensors[0]](Lowering& l, const OpContext& c) mutable {
         // Replaces the tensor's indices and values with the sum's (gloo does the same).
-        tensor.copy_(algorithms::allreduceSparse(t, tensor));
+        tensor.copy_(l.allreduceSparse(c, tensor));
       });
 }
 
@@ -336,12 +231,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
   return submit(
       checked.op, c10d::OpType::ALLREDUCE_COALESCED, "dummy:allreduce_coalesced", tensors,
       tensors, issued(opts),
-      [staged = HostStagingList(tensors), specs = std::move(checked.specs),
-       plan = allreducePlan(), workers = workers_](Transport& t) mutable {
+      [staged = HostStagingList(tensors), op = opts.reduceOp, specs = std::move(checked.specs)](
+          Lowering& l, const OpContext& c) mutable {
         std::vector<at::Tensor> hosts = staged.acquire(/*copyIn=*/true);
-        for (size_t i = 0; i < hosts.size(); ++i) {
-          algorithms::allreduce(t, hosts[i], specs[i], plan, *workers);
-        }
+        l.allreduceCoalesced(c, hosts, op, specs);
         staged.release(/*copyOut=*/true);
       });
 }
@@ -354,10 +247,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce(
   const int root = static_cast<int>(opts.rootRank);
   return submit(
       checked.op, c10d::OpType::REDUCE, "dummy:reduce", tensors, tensors, issued(opts),
-      [staged = HostStaging(tensors[0]), spec = checked.specs[0], root,
-       isRoot = root == getRank(), oneShot = options_->oneShotMaxBytes,
-       workers = workers_](Transport& t) mutable {
-        algorithms::reduce(t, staged.acquire(/*copyIn=*/true), spec, root, oneShot, *workers);
+      [staged = HostStaging(tensors[0]), r = Reduction{opts.reduceOp, checked.specs[0]}, root,
+       isRoot = root == getRank()](Lowering& l, const OpContext& c) mutable {
+        l.reduce(c, staged.acquire(/*copyIn=*/true), r, root);
         staged.release(/*copyOut=*/isRoot);
       });
 }
@@ -368,9 +260,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::broadcast(
   const OpDescriptor op = checks::broadcast(checker("broadcast"), tensors, opts);
   requireReal("broadcast");
   const int root = static_cast<int>(opts.rootRank);
-  if (onDevicePath(tensors)) {
+  if (DeviceCollectives* device = deviceFor(tensors)) {
     return submitDevice(
-        op, c10d::OpType::BROADCAST, "dummy:broadcast", tensors, tensors, issued(opts),
+        *device, op, c10d::OpType::BROADCAST, "dummy:broadcast", tensors, tensors, issued(opts),
         [tensor = tensors[0], root](DeviceCollectives& d, Transport& t) mutable {
           d.broadcast(t, tensor, root);
         });
@@ -378,8 +270,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::broadcast(
   return submit(
       op, c10d::OpType::BROADCAST, "dummy:broadcast", tensors, tensors, issued(opts),
       [staged = HostStaging(tensors[0]), root, isRoot = root == getRank()](
-          Transport& t) mutable {
-        algorithms::broadcast(t, staged.acquire(/*copyIn=*/isRoot), root);
+          Lowering& l, const OpContext& c) mutable {
+        l.broadcast(c, staged.acquire(/*copyIn=*/isRoot), root);
         staged.release(/*copyOut=*/!isRoot);
       });
 }
@@ -396,19 +288,19 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
   const at::Tensor& input = inputTensors[0];
   std::vector<at::Tensor> touched(outputs);
   touched.push_back(input);
-  if (onDevicePath(touched)) {
+  if (DeviceCollectives* device = deviceFor(touched)) {
     return submitDevice(
-        op, c10d::OpType::ALLGATHER, "dummy:all_gather", inputTensors, outputs, issued(opts),
-        [input, outputs](DeviceCollectives& d, Transport& t) mutable {
+        *device, op, c10d::OpType::ALLGATHER, "dummy:all_gather", inputTensors, outputs,
+        issued(opts), [input, outputs](DeviceCollectives& d, Transport& t) mutable {
           d.allgather(t, outputs, input);
         });
   }
   return submit(
       op, c10d::OpType::ALLGATHER, "dummy:all_gather", inputTensors, outputs, issued(opts),
-      [in = HostStaging(input), out = HostStagingList(outputs), window = peerAccessWindow(),
-       workers = workers_](Transport& t) mutable {
+      [in = HostStaging(input), out = HostStagingList(outputs)](
+          Lowering& l, const OpContext& c) mutable {
         std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        algorithms::allgather(t, in.acquire(/*copyIn=*/true), hostOut, window, workers.get());
+        l.allgather(c, in.acquire(/*copyIn=*/true), hostOut);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -421,9 +313,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
   const OpDescriptor op =
       checks::allgatherBase(checker("_allgather_base"), outputBuffer, inputBuffer);
   requireReal("_allgather_base");
-  if (onDevicePath({inputBuffer, outputBuffer})) {
+  if (DeviceCollectives* device = deviceFor({inputBuffer, outputBuffer})) {
     return submitDevice(
-        op, c10d::OpType::_ALLGATHER_BASE, "dummy:_allgather_base", {inputBuffer},
+        *device, op, c10d::OpType::_ALLGATHER_BASE, "dummy:_allgather_base", {inputBuffer},
         {outputBuffer}, issued(opts),
         [input = inputBuffer, output = outputBuffer](DeviceCollectives& d, Transport& t) mutable {
           d.allgatherBase(t, output, input);
@@ -432,10 +324,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
   return submit(
       op, c10d::OpType::_ALLGATHER_BASE, "dummy:_allgather_base", {inputBuffer}, {outputBuffer},
       issued(opts),
-      [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer),
-       window = peerAccessWindow(), workers = workers_](Transport& t) mutable {
-        at::Tensor& hostOut = out.acquire(/*copyIn=*/false);
-        algorithms::allgatherInto(t, in.acquire(/*copyIn=*/true), hostOut, window, workers.get());
+      [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer)](
+          Lowering& l, const OpContext& c) mutable {
+        l.allgatherInto(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false));
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -452,18 +343,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
   return submit(
       op, c10d::OpType::ALLGATHER_COALESCED, "dummy:all_gather_coalesced", inputTensors, outputs,
       issued(opts),
-      [in = HostStagingList(inputTensors), out = HostStagingList(outputs), ws = getSize(),
-       count = inputTensors.size(), window = peerAccessWindow(),
-       workers = workers_](Transport& t) mutable {
-        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+      [in = HostStagingList(inputTensors), out = HostStagingList(outputs)](
+          Lowering& l, const OpContext& c) mutable {
         std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        for (size_t i = 0; i < count; ++i) {
-          std::vector<at::Tensor> perRank;
-          for (int r = 0; r < ws; ++r) {
-            perRank.push_back(hostOut[r * count + i]);
-          }
-          algorithms::allgather(t, hostIn[i], perRank, window, workers.get());
-        }
+        l.allgatherCoalesced(c, in.acquire(/*copyIn=*/true), hostOut, /*byRank=*/true);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -479,13 +362,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
   return submit(
       op, c10d::OpType::COALESCED, "dummy:all_gather_into_tensor_coalesced", inputs, outputs,
       issued(opts),
-      [in = HostStagingList(inputs), out = HostStagingList(outputs), window = peerAccessWindow(),
-       workers = workers_](Transport& t) mutable {
-        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+      [in = HostStagingList(inputs), out = HostStagingList(outputs)](
+          Lowering& l, const OpContext& c) mutable {
         std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        for (size_t i = 0; i < hostIn.size(); ++i) {
-          algorithms::allgatherInto(t, hostIn[i], hostOut[i], window, workers.get());
-        }
+        l.allgatherCoalesced(c, in.acquire(/*copyIn=*/true), hostOut, /*byRank=*/false);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -501,10 +381,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
   requireReal("gather");
   return submit(
       op, c10d::OpType::GATHER, "dummy:gather", inputTensors, outputs, issued(opts),
-      [in = HostStaging(inputTensors[0]), out = HostStagingList(outputs), root = op.root,
-       window = peerAccessWindow(), workers = workers_](Transport& t) mutable {
+      [in = HostStaging(inputTensors[0]), out = HostStagingList(outputs), root = op.root](
+          Lowering& l, const OpContext& c) mutable {
         std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        algorithms::gather(t, in.acquire(/*copyIn=*/true), hostOut, root, window, workers.get());
+        l.gather(c, in.acquire(/*copyIn=*/true), hostOut, root);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -520,9 +400,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::scatter(
   requireReal("scatter");
   return submit(
       op, c10d::OpType::SCATTER, "dummy:scatter", inputs, outputTensors, issued(opts),
-      [in = HostStagingList(inputs), out = HostStaging(outputTensors[0]),
-       root = op.root](Transport& t) mutable {
-        algorithms::scatter(t, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), root);
+      [in = HostStagingList(inputs), out = HostStaging(outputTensors[0]), root = op.root](
+          Lowering& l, const OpContext& c) mutable {
+        l.scatter(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), root);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -539,8 +419,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter(
       checked.op, c10d::OpType::REDUCE_SCATTER, "dummy:reduce_scatter", inputTensors[0],
       outputTensors, issued(opts),
       [in = HostStagingList(inputTensors[0]), out = HostStaging(outputTensors[0]),
-       spec = checked.specs[0]](Transport& t) mutable {
-        algorithms::reduceScatter(t, in.acquire(/*copyIn=*/true), out.acquire(false), spec);
+       r = Reduction{opts.reduceOp, checked.specs[0]}](Lowering& l, const OpContext& c) mutable {
+        l.reduceScatter(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), r);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -572,12 +452,13 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
   CheckedReduction checked =
       checks::reduceScatterTensors(checker(collective), outputs, inputs, opts.reduceOp, coalesced);
   requireReal(collective);
-  if (!coalesced && onDevicePath({inputs[0], outputs[0]})) {
+  DeviceCollectives* device = coalesced ? nullptr : deviceFor({inputs[0], outputs[0]});
+  if (device != nullptr) {
     OpDescriptor op = checked.op;
     op.layout = 0; // the device path's descriptor carries no layout (one tensor)
     return submitDevice(
-        op, c10d::OpType::_REDUCE_SCATTER_BASE, "dummy:_reduce_scatter_base", inputs, outputs,
-        issued(opts),
+        *device, op, c10d::OpType::_REDUCE_SCATTER_BASE, "dummy:_reduce_scatter_base", inputs,
+        outputs, issued(opts),
         [input = inputs[0], output = outputs[0], spec = checked.specs[0]](
             DeviceCollectives& d, Transport& t) mutable {
           d.reduceScatterBase(t, output, input, spec);
@@ -587,15 +468,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
       checked.op, coalesced ? c10d::OpType::COALESCED : c10d::OpType::_REDUCE_SCATTER_BASE,
       coalesced ? "dummy:reduce_scatter_tensor_coalesced" : "dummy:_reduce_scatter_base", inputs,
       outputs, issued(opts),
-      [in = HostStagingList(inputs), out = HostStagingList(outputs),
-       specs = std::move(checked.specs), window = peerAccessWindow(),
-       workers = workers_](Transport& t) mutable {
-        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+      [in = HostStagingList(inputs), out = HostStagingList(outputs), op = opts.reduceOp,
+       specs = std::move(checked.specs)](Lowering& l, const OpContext& c) mutable {
         std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        for (size_t i = 0; i < hostIn.size(); ++i) {
-          algorithms::reduceScatterTensor(
-              t, hostIn[i].reshape(-1), hostOut[i], specs[i], window, *workers);
-        }
+        l.reduceScatterTensors(c, in.acquire(/*copyIn=*/true), hostOut, op, specs);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -607,25 +483,18 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
     std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes,
     const c10d::AllToAllOptions& opts) {
-  CheckedAlltoall checked = checks::alltoallBase(
+  const CheckedAlltoall checked = checks::alltoallBase(
       checker("alltoall_base"), outputBuffer, inputBuffer, outputSplitSizes, inputSplitSizes);
   requireReal("alltoall_base");
-  const OpDescriptor op = checked.op; // the body takes `checked` over
   return submit(
-      op, c10d::OpType::ALLTOALL_BASE, "dummy:all_to_all", {inputBuffer}, {outputBuffer},
-      issued(opts),
+      checked.op, c10d::OpType::ALLTOALL_BASE, "dummy:all_to_all", {inputBuffer},
+      {outputBuffer}, issued(opts),
       [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer),
-       checked = std::move(checked)](Transport& t) mutable {
-        auto* src = static_cast<std::byte*>(in.acquire(/*copyIn=*/true).data_ptr());
-        auto* dst = static_cast<std::byte*>(out.acquire(/*copyIn=*/false).data_ptr());
-        std::vector<algorithms::Span> sends, receives;
-        for (size_t r = 0; r < checked.sendRows.size(); ++r) {
-          sends.push_back({src, checked.sendRows[r] * checked.sendRowBytes});
-          src += checked.sendRows[r] * checked.sendRowBytes;
-          receives.push_back({dst, checked.recvRows[r] * checked.recvRowBytes});
-          dst += checked.recvRows[r] * checked.recvRowBytes;
-        }
-        algorithms::alltoall(t, sends, receives);
+       sendBytes = bytesPerRank(checked.sendRows, checked.sendRowBytes),
+       recvBytes = bytesPerRank(checked.recvRows, checked.recvRowBytes)](
+          Lowering& l, const OpContext& c) mutable {
+        l.alltoall(
+            c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), sendBytes, recvBytes);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       },
@@ -640,20 +509,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
   requireReal("alltoall");
   return submit(
       op, c10d::OpType::ALLTOALL, "dummy:all_to_all", inputTensors, outputTensors, issued(opts),
-      [in = HostStagingList(inputTensors),
-       out = HostStagingList(outputTensors)](Transport& t) mutable {
-        auto spans = [](std::vector<at::Tensor>& tensors) {
-          std::vector<algorithms::Span> result;
-          for (auto& tensor : tensors) {
-            result.push_back(
-                {static_cast<std::byte*>(tensor.data_ptr()),
-                 static_cast<size_t>(tensor.numel()) * tensor.element_size()});
-          }
-          return result;
-        };
-        std::vector<at::Tensor> hostIn = in.acquire(/*copyIn=*/true);
+      [in = HostStagingList(inputTensors), out = HostStagingList(outputTensors)](
+          Lowering& l, const OpContext& c) mutable {
         std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        algorithms::alltoall(t, spans(hostIn), spans(hostOut));
+        l.alltoallLists(c, in.acquire(/*copyIn=*/true), hostOut);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -664,7 +523,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions&
   requireReal("barrier");
   return submit(
       OpDescriptor{}, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, issued(opts),
-      [](Transport& t) { algorithms::barrier(t); });
+      [](Lowering& l, const OpContext& c) { l.barrier(c); });
 }
 
 void DummyBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
@@ -681,31 +540,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::send(
     int tag) {
   checks::send(checker("send"), tensors, dstRank);
   requireReal("send");
-  ++p2pSeq_;
-  const uint64_t record = recordPointToPoint("send", dstRank, tensors);
-  const bool observed = at::hasCallbacks(); // takes a lock: ask once
-  if (observed && !hostLevel_) { // a host level: the group records it
-    recordParamComms(
-        *this, p2pSeq_, true, "send", dstRank, tensors[0].scalar_type(), tensors, tensors);
-  }
-  // Staged on the caller's thread: the sender's data is taken as it is at the call.
-  auto staged = std::make_shared<HostStaging>(tensors[0]);
-  const at::Tensor& host = staged->acquire(/*copyIn=*/true);
-  auto work = c10::make_intrusive<DummyWork>(
-      getRank(), c10d::OpType::SEND, observed ? "dummy:send" : nullptr, tensors,
-      std::vector<at::Tensor>(), 0, nullptr, p2p_);
-  const uint64_t bytes = host.numel() * host.element_size();
-  P2pEngine::Finish finish = [staged, record] {
-    staged->release(/*copyOut=*/false);
-    flight_recorder::completed(record);
-  };
-  if (DC_LOG_ENABLED(kTrace)) {
-    finish = tracedP2p(
-        std::move(finish), traceSite_,
-        c10::str("send #", p2pSeq_, " to rank ", transport_->label(dstRank)), host);
-  }
-  p2p_->send(work, dstRank, tag, host.data_ptr(), bytes, std::move(finish));
-  return work;
+  return lowering_->send(tensors, pointToPoint("send", "dummy:send", dstRank, tag, tensors));
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::recv(
@@ -719,7 +554,18 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::recv(
 c10::intrusive_ptr<c10d::Work> DummyBackend::recvAnysource(
     std::vector<at::Tensor>& tensors,
     int tag) {
-  checks::recv(checker("recvAnysource"), tensors, std::nullopt);
+  const Checker check = checker("recvAnysource");
+  checks::recv(check, tensors, std::nullopt);
+  if (lowering_) {
+    const size_t hosts = lowering_->hosts().size();
+    // A message may come through shared memory or through a cross-host engine, and neither
+    // lets a posted receive be withdrawn once the other one matched: a receive from any source
+    // could take two.
+    check.require(
+        hosts == 1,
+        "receiving from any source is not supported in a group whose ranks span ", hosts,
+        " hosts; pass the source rank (torch.distributed.recv(tensor, src=...))");
+  }
   return receive(tensors, -1, tag, "recvAnysource");
 }
 
@@ -730,39 +576,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
     const char* what) {
   requireReal(what);
   checker(what).writable(tensors);
-  ++p2pSeq_;
-  const uint64_t record = recordPointToPoint("recv", srcRank, tensors);
-  const bool observed = at::hasCallbacks(); // takes a lock: ask once
-  if (observed && !hostLevel_) { // a host level: the group records it
-    recordParamComms(
-        *this, p2pSeq_, true, what, srcRank, tensors[0].scalar_type(), tensors, tensors);
-  }
-  auto staged = std::make_shared<HostStaging>(tensors[0]);
-  at::Tensor& host = staged->acquire(/*copyIn=*/false);
-  auto work = c10::make_intrusive<DummyWork>(
-      getRank(),
-      srcRank < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV,
-      !observed ? nullptr : srcRank < 0 ? "dummy:recvAnySource" : "dummy:recv",
-      tensors, // the profiler records the buffer's shape, as gloo's does
+  return lowering_->recv(
       tensors,
-      0,
-      nullptr,
-      p2p_);
-  const uint64_t bytes = host.numel() * host.element_size();
-  P2pEngine::Finish finish = [staged, record] {
-    staged->release(/*copyOut=*/true);
-    flight_recorder::completed(record);
-  };
-  if (DC_LOG_ENABLED(kTrace)) {
-    finish = tracedP2p(
-        std::move(finish),
-        traceSite_,
-        srcRank < 0 ? c10::str(what, " #", p2pSeq_)
-                    : c10::str(what, " #", p2pSeq_, " from rank ", transport_->label(srcRank)),
-        host);
-  }
-  p2p_->recv(work, srcRank, tag, host.data_ptr(), bytes, std::move(finish));
-  return work;
+      pointToPoint(
+          what, srcRank < 0 ? "dummy:recvAnySource" : "dummy:recv", srcRank, tag, tensors));
 }
 
 } // namespace dummy_collectives

@@ -1,8 +1,7 @@
 #include "backend_submission.hpp"
 
-#include <mutex>
+#include <cstring>
 #include <string>
-#include <unordered_map>
 
 #include <ATen/record_function.h>
 
@@ -19,7 +18,7 @@ DummyBackend::Stamp DummyBackend::stamp(
     const SplitSizes& splits) {
   op.seq = ++seq_;
   const bool observed = at::hasCallbacks();
-  if (observed && !hostLevel_) { // a host level's collectives are steps of the group's own
+  if (observed) {
     const auto dtype = op.dtype >= 0 ? static_cast<at::ScalarType>(op.dtype) : at::kByte;
     recordParamComms(
         *this, op.seq, false, collectiveName(op.kind), getRank(), dtype, inputs, outputs, splits);
@@ -57,22 +56,34 @@ void DummyBackend::requireWritable(
   }
 }
 
-uint64_t DummyBackend::recordPointToPoint(
-    const char* op, int peer, const std::vector<at::Tensor>& tensors) {
-  if (!fr_) {
-    return 0;
+PointToPoint DummyBackend::pointToPoint(
+    const char* what,
+    const char* title,
+    int peer,
+    int tag,
+    const std::vector<at::Tensor>& tensors) {
+  ++p2pSeq_;
+  const bool observed = at::hasCallbacks(); // takes a lock: ask once
+  if (observed) {
+    recordParamComms(
+        *this, p2pSeq_, true, what, peer, tensors[0].scalar_type(), tensors, tensors);
   }
-  const flight_recorder::OpInfo info{
-      op, seq_, p2pSeq_, true, getRank(), peer, options_->timeout};
-  // The tensor is listed as input and output, as NCCL's entries list it.
-  const uint64_t record = flight_recorder::record(fr_.get(), info, tensors, tensors);
-  flight_recorder::started(record); // posted: the point-to-point engine progresses it from now
-  return record;
+  uint64_t record = 0;
+  if (fr_) {
+    // The flight recorder names receives "recv" whatever their source, as NCCL's entries do.
+    const char* name = std::strcmp(what, "send") == 0 ? "send" : "recv";
+    const flight_recorder::OpInfo info{
+        name, seq_, p2pSeq_, true, getRank(), peer, options_->timeout};
+    // The tensor is listed as input and output, as NCCL's entries list it.
+    record = flight_recorder::record(fr_.get(), info, tensors, tensors);
+    flight_recorder::started(record); // posted: the lowering progresses it from now
+  }
+  return {peer, tag, p2pSeq_, record, observed ? title : nullptr, fr_.get()};
 }
 
 std::shared_ptr<const DummyBackend::WaitRecord> DummyBackend::waitRecord(
     bool observed, const char* profilingTitle) const {
-  if (!observed || hostLevel_ || profilingTitle == nullptr) {
+  if (!observed || profilingTitle == nullptr) {
     return nullptr;
   }
   return std::make_shared<const WaitRecord>(
@@ -89,7 +100,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(
   auto work = c10::make_intrusive<DummyWork>(
       getRank(),
       opType,
-      hostLevel_ && profilingTitle != nullptr ? hostLevelTitle(profilingTitle) : profilingTitle,
+      profilingTitle,
       inputs,
       std::move(outputs),
       op.seq,
@@ -99,21 +110,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(
   return work;
 }
 
-const char* DummyBackend::hostLevelTitle(const char* title) {
-  // The profiler keeps the title's pointer, not a copy: intern each title once, for good.
-  static std::mutex mu;
-  static auto* titles = new std::unordered_map<std::string, std::string>();
-  std::lock_guard<std::mutex> lock(mu);
-  std::string& interned = (*titles)[title];
-  if (interned.empty()) {
-    const std::string name(title);
-    interned = "dummy.host:" + name.substr(name.find(':') + 1);
-  }
-  return interned.c_str();
-}
-
-bool DummyBackend::onDevicePath(const std::vector<at::Tensor>& tensors) const {
-  return device_ && !tensors.empty() && tensors[0].is_cuda() && device_->accepts(tensors);
+DeviceCollectives* DummyBackend::deviceFor(const std::vector<at::Tensor>& tensors) const {
+  return lowering_ ? lowering_->deviceFor(tensors) : nullptr;
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::zeroed(

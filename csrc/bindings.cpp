@@ -9,7 +9,8 @@
 #include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/exit_registry.hpp>
 #include <dummy_collectives/flight_recorder.hpp>
-#include <dummy_collectives/hierarchy/hierarchical_backend.hpp>
+#include <dummy_collectives/hierarchy/two_level_lowering.hpp>
+#include <dummy_collectives/shm_lowering.hpp>
 #include <dummy_collectives/work.hpp>
 #include "flight_recorder_ring.hpp"
 #include <dummy_collectives/reduce_kernel.hpp>
@@ -165,37 +166,41 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("inter_host_inline_bytes", &BackendOptions::interHostInlineBytes)
       .def_readwrite("inter_host_chunk_bytes", &BackendOptions::interHostChunkBytes);
 
-  py::class_<DummyBackend, c10d::Backend, c10::intrusive_ptr<DummyBackend>>(m, "DummyBackend")
+  using dummy_collectives::GroupJoin;
+  using dummy_collectives::HostLevelOf;
+  using dummy_collectives::Lowering;
+  using dummy_collectives::ShmLowering;
+  using dummy_collectives::hierarchy::Topology;
+  using dummy_collectives::hierarchy::TwoLevelLowering;
+  py::class_<DummyBackend, c10d::Backend, c10::intrusive_ptr<DummyBackend>>(
+      m,
+      "DummyBackend",
+      "A dummy group: the c10d face over its lowering (shared memory on one host, two levels "
+      "across hosts: DummyBackend._across_hosts).")
       .def(
           py::init([](const c10::intrusive_ptr<c10d::Store>& store,
                       int rank,
                       int size,
                       std::chrono::milliseconds timeout,
                       const c10::intrusive_ptr<BackendOptions>& options,
-                      std::vector<int> groupRanks,
-                      int ranksOnMachine,
                       const std::string& groupName,
                       std::vector<int64_t> globalRanks,
                       std::vector<int32_t> pids) {
             auto own = groupOptions(*options, timeout, groupName);
+            std::shared_ptr<Lowering> lowering;
+            if (own->mode == dummy_collectives::Mode::kReal) {
+              lowering = std::make_shared<ShmLowering>(
+                  store, rank, size, own, GroupJoin{own->timeout, std::move(pids)}, HostLevelOf{},
+                  dummy_collectives::debug_log::Site{rank, &own->group_name, true});
+            }
             return c10::make_intrusive<DummyBackend>(
-                store,
-                rank,
-                size,
-                own,
-                dummy_collectives::HostLevelOf{std::move(groupRanks), ranksOnMachine},
-                std::move(globalRanks),
-                std::move(pids));
+                rank, size, own, std::move(lowering), std::move(globalRanks));
           }),
           py::arg("store"),
           py::arg("rank"),
           py::arg("size"),
           py::arg("timeout"),
           py::arg("options"),
-          // The host level of a group that spans hosts (HostLevelOf): its ranks' group ranks and
-          // how many of the group's ranks run on this machine.
-          py::arg("group_ranks") = std::vector<int>(),
-          py::arg("ranks_on_machine") = 0,
           // c10d's name of the group (the debug log's INFO lines and the flight recorder show it).
           py::arg("group_name") = std::string(),
           // The group's ranks in the world, by group rank (the flight recorder's pg_config);
@@ -205,67 +210,42 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           // rank that dies before it maps the group's shared memory is known dead; empty: unknown.
           py::arg("pids") = std::vector<int32_t>(),
           py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly(
-          "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })
-      .def_property_readonly(
-          "peer_access",
-          &DummyBackend::peerAccess,
-          "Whether large allreduces and gathers reach the peers' tensors directly (cross memory "
-          "attach): 'on', 'off', or 'undecided' until the group's first one.")
-      .def_property_readonly(
-          "shares_cores",
-          &DummyBackend::sharesCores,
-          "Whether the group's ranks outnumber the CPUs they may run on (the union of their CPU "
-          "affinities), in which case a waiting rank hands its core over rather than polling; "
-          "None until the group's first collective.")
-      .def_property_readonly(
-          "broken_reason",
-          &DummyBackend::brokenReason,
-          "Why the group can no longer be used (a dead peer, a timeout, an abort); '' while it "
-          "can.")
-      .def(
-          "_wait_totals",
-          [](const DummyBackend& b) { return waitTotals(b.waitTotals()); },
-          kWaitTotalsDoc)
-      .def("_reset_waits", &DummyBackend::resetWaits, kResetWaitsDoc);
-
-  using dummy_collectives::hierarchy::HierarchicalBackend;
-  using dummy_collectives::hierarchy::Topology;
-  py::class_<HierarchicalBackend, c10d::Backend, c10::intrusive_ptr<HierarchicalBackend>>(
-      m,
-      "HierarchicalBackend",
-      "A dummy group whose ranks span hosts: shared memory inside each host (host_backend), a "
-      "cross-host engine between hosts. Made by the backend's creator; see _hierarchy.py.")
-      .def(
-          py::init([](const c10::intrusive_ptr<c10d::Store>& store,
-                      int rank,
-                      int size,
-                      std::chrono::milliseconds timeout,
-                      const c10::intrusive_ptr<BackendOptions>& options,
-                      std::vector<std::vector<int>> hosts,
-                      std::vector<std::string> hostNames,
-                      std::vector<std::string> hostAddresses,
-                      c10::intrusive_ptr<DummyBackend> hostBackend,
-                      std::optional<c10::intrusive_ptr<c10d::Backend>> rail,
-                      c10::intrusive_ptr<c10d::Backend> everyone,
-                      const std::string& groupName,
-                      std::vector<int64_t> globalRanks,
-                      std::vector<int> peerPids) {
+      .def_static(
+          "_across_hosts",
+          [](const c10::intrusive_ptr<c10d::Store>& store,
+             const c10::intrusive_ptr<c10d::Store>& hostStore,
+             int rank,
+             int size,
+             std::chrono::milliseconds timeout,
+             const c10::intrusive_ptr<BackendOptions>& options,
+             std::vector<std::vector<int>> hosts,
+             std::vector<std::string> hostNames,
+             std::vector<std::string> hostAddresses,
+             int ranksOnMachine,
+             std::optional<c10::intrusive_ptr<c10d::Backend>> rail,
+             c10::intrusive_ptr<c10d::Backend> everyone,
+             const std::string& groupName,
+             std::vector<int64_t> globalRanks,
+             std::vector<int> peerPids) {
             auto own = groupOptions(*options, timeout, groupName);
-            return c10::make_intrusive<HierarchicalBackend>(
+            auto lowering = std::make_shared<TwoLevelLowering>(
                 store,
-                rank,
-                size,
+                hostStore,
                 own,
                 Topology(
                     rank, std::move(hosts), std::move(hostNames), std::move(hostAddresses),
                     std::move(peerPids)),
-                std::move(hostBackend),
+                ranksOnMachine,
                 rail ? *rail : c10::intrusive_ptr<c10d::Backend>(),
-                std::move(everyone),
-                std::move(globalRanks));
-          }),
+                std::move(everyone));
+            return c10::make_intrusive<DummyBackend>(
+                rank, size, own, std::move(lowering), std::move(globalRanks));
+          },
+          "The backend of a group whose ranks span hosts (made by _hierarchy.create): shared "
+          "memory among this host's ranks through `host_store`, the cross-host engines `rail` "
+          "(None for a non-leader where hosts differ in size) and `everyone` between hosts.",
           py::arg("store"),
+          py::arg("host_store"),
           py::arg("rank"),
           py::arg("size"),
           py::arg("timeout"),
@@ -273,7 +253,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("hosts"),
           py::arg("host_names"),
           py::arg("host_addresses"),
-          py::arg("host_backend"),
+          py::arg("ranks_on_machine"),
           py::arg("rail"),
           py::arg("everyone"),
           py::arg("group_name") = std::string(),
@@ -281,28 +261,52 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("peer_pids") = std::vector<int>(),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
+          "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })
+      .def_property_readonly(
+          "lowering",
+          [](const DummyBackend& b) {
+            return std::string(b.lowering() ? b.lowering()->name() : "none");
+          },
+          "How the group moves data: 'shm' (one host), 'two_level' (across hosts), or 'none' "
+          "(zero mode).")
+      .def_property_readonly(
           "hosts",
-          [](const HierarchicalBackend& b) {
-            std::vector<std::vector<int>> hosts;
-            for (int h = 0; h < b.topology().hostCount(); ++h) {
-              hosts.push_back(b.topology().ranksOn(h));
+          [](const DummyBackend& b) {
+            if (!b.lowering()) {
+              std::vector<int> all(b.getSize());
+              for (int r = 0; r < b.getSize(); ++r) {
+                all[r] = r;
+              }
+              return std::vector<std::vector<int>>{all};
             }
-            return hosts;
+            return b.lowering()->hosts();
           },
           "The group ranks on each host, hosts ordered by their smallest rank.")
       .def_property_readonly(
-          "host_backend",
-          &HierarchicalBackend::hostBackend,
-          "The DummyBackend of this rank's host (its ranks numbered by local rank).")
+          "peer_access",
+          [](const DummyBackend& b) {
+            return b.lowering() ? b.lowering()->peerAccess() : std::string("off");
+          },
+          "Whether large allreduces and gathers reach the peers' tensors directly (cross memory "
+          "attach): 'on', 'off', or 'undecided' until the group's first one (this host's ranks).")
+      .def_property_readonly(
+          "shares_cores",
+          [](const DummyBackend& b) {
+            return b.lowering() ? b.lowering()->sharesCores() : std::nullopt;
+          },
+          "Whether the host's ranks outnumber the CPUs they may run on (the union of their CPU "
+          "affinities), in which case a waiting rank hands its core over rather than polling; "
+          "None until the group's first collective.")
       .def_property_readonly(
           "broken_reason",
-          &HierarchicalBackend::brokenReason,
-          "Why the group can no longer be used, agreed by every rank; '' while it can.")
+          &DummyBackend::brokenReason,
+          "Why the group can no longer be used (a dead peer, a timeout, an abort), agreed by "
+          "every rank; '' while it can.")
       .def(
           "_wait_totals",
-          [](const HierarchicalBackend& b) { return waitTotals(b.waitTotals()); },
+          [](const DummyBackend& b) { return waitTotals(b.waitTotals()); },
           kWaitTotalsDoc)
-      .def("_reset_waits", &HierarchicalBackend::resetWaits, kResetWaitsDoc);
+      .def("_reset_waits", &DummyBackend::resetWaits, kResetWaitsDoc);
 
   // c10d hands our Work to Python as its base type; pybind then looks up the most derived type
   // first, and a type it does not know costs a failed lookup (hashing the type's name) on every

@@ -3,16 +3,16 @@
 The creator (``_registration``) found several hosts (``topology.discover``). Every rank then
 makes, in the same order on every rank (each constructor waits for its peers):
 
-1. a ``DummyBackend`` over the ranks of its host (shared memory), through a store prefix of its
-   own per host;
-2. its *rail*: a gloo group of the ranks with its local rank, one per host. Where every host
+1. its *rail*: a gloo group of the ranks with its local rank, one per host. Where every host
    runs the same number of ranks, every rank has one and the rails share the cross-host traffic;
    otherwise only the hosts' leaders (local rank 0) have one and carry it all;
-3. a gloo group over every rank (gather, scatter, all-to-all, point-to-point across hosts),
-   connected lazily: a pair of ranks connects when it first exchanges something.
+2. a gloo group over every rank (gather, scatter, all-to-all, point-to-point across hosts),
+   connected lazily: a pair of ranks connects when it first exchanges something;
+3. the ``DummyBackend`` whose two-level lowering (C++) drives shared memory among its host's
+   ranks, through a store prefix of its own per host, and those engines between hosts.
 
 torch's wheel ships no gloo headers, so the engines are made here, from Python, and handed to
-the C++ ``HierarchicalBackend`` as ``c10d.Backend`` objects.
+C++ as ``c10d.Backend`` objects.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed import ProcessGroupGloo
 
-from dummy_collectives._C import DummyBackend, HierarchicalBackend, Options
+from dummy_collectives._C import DummyBackend, Options
 from dummy_collectives.topology import Topology
 
 _PREFIX = "dummy_collectives/"
@@ -91,20 +91,10 @@ def create(
     options: Options,
     group_name: str = "",
     global_ranks: list[int] | None = None,
-) -> HierarchicalBackend:
+) -> DummyBackend:
     """The backend of ``topology.rank`` in a group that spans hosts."""
     check_cross_host_options(options)
     rank, size, host = topology.rank, topology.size, topology.host
-    host_backend = DummyBackend(
-        dist.PrefixStore(f"{_PREFIX}host{host}/", store),
-        topology.local_rank,
-        topology.local_size,
-        timeout,
-        options,
-        group_ranks=list(topology.hosts[host]),
-        ranks_on_machine=topology.ranks_on_machine,
-        group_name=group_name,
-    )
     rail = None
     if topology.uniform or topology.local_rank == 0:
         k = topology.local_rank if topology.uniform else 0
@@ -113,8 +103,9 @@ def create(
         rail = _gloo(rail_store, members.index(rank), len(members), timeout, lazy=False)
     everyone_store = dist.PrefixStore(f"{_PREFIX}everyone/", store)
     everyone = _gloo(everyone_store, rank, size, timeout, lazy=True)
-    return HierarchicalBackend(
+    return DummyBackend._across_hosts(
         store,
+        dist.PrefixStore(f"{_PREFIX}host{host}/", store),
         rank,
         size,
         timeout,
@@ -122,10 +113,10 @@ def create(
         hosts=[list(ranks) for ranks in topology.hosts],
         host_names=list(topology.host_names),
         host_addresses=list(topology.host_addresses),
-        peer_pids=list(topology.pids),
-        host_backend=host_backend,
+        ranks_on_machine=topology.ranks_on_machine,
         rail=rail,
         everyone=everyone,
         group_name=group_name,
         global_ranks=list(global_ranks or []),
+        peer_pids=list(topology.pids),
     )

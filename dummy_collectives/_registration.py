@@ -7,7 +7,7 @@ from typing import Any
 import torch.distributed as dist
 
 from dummy_collectives import _hierarchy, topology
-from dummy_collectives._C import DummyBackend, HierarchicalBackend, Options
+from dummy_collectives._C import DummyBackend, Options
 
 BACKEND_NAME = "dummy"
 
@@ -28,7 +28,7 @@ def _group_settings(options: Options) -> dict[str, object]:
 
 def _create_backend(
     dist_opts: Any, pg_options: Options | None
-) -> DummyBackend | HierarchicalBackend:
+) -> DummyBackend:
     """The creator c10d calls (extended API) for every group that uses the backend.
 
     Ranks on one host get today's shared-memory backend; a group whose ranks span hosts gets the

@@ -40,7 +40,7 @@ def spanning_group(hosts_of: Sequence[int]) -> Iterator[dist.ProcessGroup]:
         else:
             os.environ[HOST_ID] = before
     backend = group._get_backend(torch.device("cpu"))
-    assert type(backend).__name__ == "HierarchicalBackend", type(backend)
+    assert backend.lowering == "two_level", backend.lowering
     try:
         yield group
     finally:

@@ -42,7 +42,7 @@ def init_on_own_host(port: int | None = None, timeout_s: float = 30.0) -> None:
         timeout=timedelta(seconds=timeout_s),
     )
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-    assert type(backend).__name__ == "HierarchicalBackend", type(backend)
+    assert backend.lowering == "two_level", backend.lowering
 
 
 def allreduce_until_failure(victim: int, after: int) -> str | None:

@@ -104,7 +104,7 @@ def check_ran_everywhere(job: Job, world: int) -> None:
                if "crashed" in res}  # fmt: skip
     assert not crashed, "\n".join(f"rank {r}: {text}" for r, text in crashed.items())
     if support.IS_DUMMY:
-        assert {res["backend"] for res in job.results.values()} == {"HierarchicalBackend"}
+        assert {res["backend"] for res in job.results.values()} == {"two_level"}
     assert not job.leftover_shm, job.leftover_shm
 
 

@@ -140,9 +140,8 @@ Agreement::Agreement(
   hostRecords_ = record;
   if (localSize > 1) {
     hostRecords_ = at::empty({static_cast<int64_t>(bytes) * localSize}, at::kByte);
-    c10d::AllgatherOptions opts;
-    opts.timeout = ctx.timeout; // the first step: who does not come is named here (OpContext)
-    levels.host.wait(levels.host->_allgather_base(hostRecords_, record, opts), ctx);
+    // The first step: who does not come is named here (OpContext).
+    levels.host.allgather(ctx, hostRecords_, record, InHostLevel::Step::kFirst)();
   }
   // Every rank of the host reads the same records, so all name the same last rank (ties: the
   // lowest local rank), on the host's one steady clock.
@@ -231,11 +230,7 @@ Bytes Agreement::finish() {
     verdict.lastRank = lastRank_;
     verdict.crossHostWaitNs = crossHostWaitNs_;
     at::Tensor told = makeRecord(bytes, verdict, levels_.leader() ? carried : ByteView{});
-    std::vector<at::Tensor> tensors{told};
-    c10d::BroadcastOptions opts;
-    opts.rootRank = 0;
-    opts.timeout = ctx_.followingStepTimeout();
-    levels_.host.wait(levels_.host->broadcast(tensors, opts), ctx_);
+    levels_.host.broadcast(ctx_, told, 0)();
     const Record heard = readRecords(told, 1, bytes)[0];
     if (heard.header.verdict != kAgreed) {
       raiseMismatch(std::string(

@@ -1,19 +1,119 @@
 #include <dummy_collectives/hierarchy/in_host.hpp>
 
-namespace dummy_collectives::hierarchy {
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
-void InHostLevel::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const {
-  ctx.step();
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    // Another host's failure reaches this host as an abort whose reason the group agreed on.
-    std::string reason = health_.brokenReason();
-    if (reason.empty()) {
-      reason = brokenReason_();
-    }
-    health_.fail(ctx.describe(), reason.empty() ? std::string(e.what()) : reason);
+#include <ATen/record_function.h>
+
+#include <dummy_collectives/debug_log.hpp>
+#include <dummy_collectives/engine.hpp>
+#include <dummy_collectives/work.hpp>
+
+namespace dummy_collectives::hierarchy {
+namespace {
+
+// "dummy.host:<collective>": the profiler shows in-host steps inside the group's own event.
+// Interned for good: the profiler keeps the title's pointer, not a copy.
+const char* stepTitle(CollectiveKind kind) {
+  static std::mutex mu;
+  static auto* titles = new std::unordered_map<int, std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  std::string& title = (*titles)[static_cast<int>(kind)];
+  if (title.empty()) {
+    title = std::string("dummy.host:") + collectiveName(kind);
   }
+  return title.c_str();
+}
+
+OpDescriptor stepOf(CollectiveKind kind, const at::Tensor& tensor, const ReduceSpec* spec, int root) {
+  OpDescriptor op;
+  op.kind = kind;
+  op.dtype = static_cast<int32_t>(tensor.scalar_type());
+  op.numel = tensor.numel();
+  op.root = root;
+  if (spec != nullptr) {
+    op.reduceOp = static_cast<int32_t>(spec->kind);
+  }
+  return op;
+}
+
+} // namespace
+
+InHostLevel::InHostLevel(std::shared_ptr<ShmLowering> shm, GroupHealth& health)
+    : shm_(std::move(shm)), health_(health), engine_(std::make_shared<Engine>(Engine::Timing{})) {}
+
+InHostLevel::~InHostLevel() = default;
+
+template <typename Steps>
+Pending InHostLevel::post(const OpContext& ctx, OpDescriptor op, Step step, Steps steps) {
+  op.seq = ++seq_;
+  OpContext call;
+  call.op = op;
+  call.rank = shm_->rank();
+  call.timeout = step == Step::kFirst ? ctx.timeout : ctx.followingStepTimeout();
+  // Unlogged: a step of the group's collective, whose own TRACE line collects its notes.
+  const debug_log::Site site{ctx.rank, nullptr, false};
+  ShmLowering* shm = shm_.get(); // lives as long as the engine (the level stops it first)
+  auto work = c10::make_intrusive<DummyWork>(
+      shm_->rank(), c10d::OpType::UNKNOWN, at::hasCallbacks() ? stepTitle(op.kind) : nullptr,
+      std::vector<at::Tensor>(), std::vector<at::Tensor>(), op.seq,
+      [shm, call, site, steps = std::move(steps)](DummyWork&) mutable {
+        debug_log::traced(call.op, site, debug_log::issueTime(), [&] {
+          shm->run(call, [&] { steps(*shm, call); });
+        });
+      },
+      engine_);
+  engine_->enqueue(work);
+  return [this, &ctx, work] {
+    ctx.step();
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      // Another host's failure reaches this host as an abort whose reason the group agreed on.
+      std::string reason = health_.brokenReason();
+      if (reason.empty()) {
+        reason = shm_->brokenReason();
+      }
+      health_.fail(ctx.describe(), reason.empty() ? std::string(e.what()) : reason);
+    }
+  };
+}
+
+Pending InHostLevel::allgather(
+    const OpContext& ctx, at::Tensor output, at::Tensor input, Step step) {
+  return post(
+      ctx, stepOf(CollectiveKind::kAllgatherBase, input, nullptr, -1), step,
+      [output, input](ShmLowering& shm, const OpContext& call) mutable {
+        shm.allgatherInto(call, input, output);
+      });
+}
+
+Pending InHostLevel::reduceScatter(
+    const OpContext& ctx, at::Tensor output, at::Tensor input, const ReduceSpec& spec) {
+  return post(
+      ctx, stepOf(CollectiveKind::kReduceScatterBase, input, &spec, -1), Step::kFollowing,
+      [output, input, spec](ShmLowering& shm, const OpContext& call) mutable {
+        std::vector<at::Tensor> outputs{output};
+        shm.reduceScatterTensors(call, {input}, outputs, c10d::ReduceOp(), {spec});
+      });
+}
+
+Pending InHostLevel::broadcast(const OpContext& ctx, at::Tensor data, int root) {
+  return post(
+      ctx, stepOf(CollectiveKind::kBroadcast, data, nullptr, root), Step::kFollowing,
+      [data, root](ShmLowering& shm, const OpContext& call) mutable {
+        shm.broadcast(call, data, root);
+      });
+}
+
+Pending InHostLevel::reduce(
+    const OpContext& ctx, at::Tensor data, int root, const ReduceSpec& spec) {
+  return post(
+      ctx, stepOf(CollectiveKind::kReduce, data, &spec, root), Step::kFollowing,
+      [data, root, spec](ShmLowering& shm, const OpContext& call) mutable {
+        shm.reduce(call, data, Reduction{c10d::ReduceOp(), spec}, root);
+      });
 }
 
 } // namespace dummy_collectives::hierarchy

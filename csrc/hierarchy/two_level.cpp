@@ -35,9 +35,6 @@ ByteView viewOf(const at::Tensor& t) {
 
 // The in-host stage reduces with the collective's own operation, except AVG: the hosts' sums are
 // added across hosts and divided once, by the whole group's size (crossSpec).
-c10d::ReduceOp hostOp(const c10d::ReduceOp& op) {
-  return op.op_ == c10d::ReduceOp::AVG ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
-}
 ReduceSpec hostSpec(ReduceSpec spec) {
   spec.divisor = 1;
   return spec;
@@ -66,54 +63,9 @@ Bytes foldPayloads(const ReduceSpec& spec, const std::vector<ByteView>& payloads
   return out;
 }
 
-// Options of the in-host collectives a two-level algorithm issues: asynchronous (the pipeline
-// waits for them itself), with the timeout of a step after the agreement (OpContext).
-template <typename Options>
-Options hostOptions(const OpContext& ctx) {
-  Options opts;
-  opts.timeout = ctx.followingStepTimeout();
-  opts.asyncOp = true;
-  return opts;
-}
-
-Pending waitHost(const Levels& levels, const OpContext& ctx, c10::intrusive_ptr<c10d::Work> w) {
-  return [&levels, &ctx, w = std::move(w)] { levels.host.wait(w, ctx); };
-}
-
 Pending waitEngine(const InterHostEngine& engine, const OpContext& ctx,
                    c10::intrusive_ptr<c10d::Work> w) {
   return [&engine, &ctx, w = std::move(w)] { engine.wait(w, ctx); };
-}
-
-c10::intrusive_ptr<c10d::Work> hostReduceScatter(
-    const Levels& levels, const OpContext& ctx, at::Tensor& out, at::Tensor& in,
-    const c10d::ReduceOp& op) {
-  auto opts = hostOptions<c10d::ReduceScatterOptions>(ctx);
-  opts.reduceOp = hostOp(op);
-  return levels.host->_reduce_scatter_base(out, in, opts);
-}
-
-c10::intrusive_ptr<c10d::Work> hostAllgather(
-    const Levels& levels, const OpContext& ctx, at::Tensor& out, at::Tensor& in) {
-  return levels.host->_allgather_base(out, in, hostOptions<c10d::AllgatherOptions>(ctx));
-}
-
-c10::intrusive_ptr<c10d::Work> hostBroadcast(
-    const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
-  auto opts = hostOptions<c10d::BroadcastOptions>(ctx);
-  opts.rootRank = root;
-  std::vector<at::Tensor> tensors{data};
-  return levels.host->broadcast(tensors, opts);
-}
-
-c10::intrusive_ptr<c10d::Work> hostReduce(
-    const Levels& levels, const OpContext& ctx, at::Tensor& data, int root,
-    const c10d::ReduceOp& op) {
-  auto opts = hostOptions<c10d::ReduceOptions>(ctx);
-  opts.rootRank = root;
-  opts.reduceOp = hostOp(op);
-  std::vector<at::Tensor> tensors{data};
-  return levels.host->reduce(tensors, opts);
 }
 
 // How a message of `numel` elements is cut into pipeline chunks whose element counts are
@@ -379,7 +331,7 @@ void allreduceOnRails(
          const int64_t part = plan.padded(c) / L;
          s.shard = agreed ? s.buffer.work.narrow(0, local * part, part)
                           : at::empty({part}, flat.options());
-         return waitHost(levels, ctx, hostReduceScatter(levels, ctx, s.shard, s.buffer.work, op));
+         return levels.host.reduceScatter(ctx, s.shard, s.buffer.work, hostSpec(spec));
        },
        [&](int c) {
          if (c == 0 && agreement != nullptr) {
@@ -392,9 +344,10 @@ void allreduceOnRails(
        [&](int c) { return across.gather(c); },
        [&](int c) -> Pending {
          State& s = states[c];
-         auto work = hostAllgather(levels, ctx, s.buffer.work, s.shard);
-         return [&levels, &ctx, &s, work] {
-           levels.host.wait(work, ctx);
+         Pending gathered =
+             levels.host.allgather(ctx, s.buffer.work, s.shard, InHostLevel::Step::kFollowing);
+         return [&s, gathered] {
+           gathered();
            s.buffer.finish();
            s = State(); // the chunk's buffers go as soon as it is done
          };
@@ -429,19 +382,19 @@ void allreduceThroughLeaders(
            }
            return nullptr;
          }
-         return waitHost(levels, ctx, hostReduce(levels, ctx, buffers[c].work, 0, op));
+         return levels.host.reduce(ctx, buffers[c].work, 0, hostSpec(spec));
        },
        [&](int c) { return leader ? across->exchange(c, buffers[c].work) : Pending(); },
        [&](int c) { return leader ? across->fold(c) : Pending(); },
        [&](int c) { return leader ? across->gather(c) : Pending(); },
        [&](int c) -> Pending {
-         c10::intrusive_ptr<c10d::Work> work;
+         Pending broadcast;
          if (!alone) {
-           work = hostBroadcast(levels, ctx, buffers[c].work, 0);
+           broadcast = levels.host.broadcast(ctx, buffers[c].work, 0);
          }
-         return [&levels, &ctx, &buffers, c, work] {
-           if (work) {
-             levels.host.wait(work, ctx);
+         return [&buffers, c, broadcast] {
+           if (broadcast) {
+             broadcast();
            }
            buffers[c].finish();
            buffers[c] = ChunkBuffer();
@@ -574,7 +527,7 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
         return nullptr;
       }
       at::Tensor chunk = flat.narrow(0, plan.begin(c), plan.length(c));
-      return waitHost(levels, ctx, hostBroadcast(levels, ctx, chunk, rootLocal));
+      return levels.host.broadcast(ctx, chunk, rootLocal);
     });
   }
   stages.push_back([&](int c) -> Pending {
@@ -590,12 +543,12 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
       if (!uniform && onRootHost && rootLocal == 0 && levels.host.size() > 1) {
         // The root is its host's leader: its host peers get the chunk from it directly.
         at::Tensor chunk = flat.narrow(0, plan.begin(c), plan.length(c));
-        return waitHost(levels, ctx, hostBroadcast(levels, ctx, chunk, 0));
+        return levels.host.broadcast(ctx, chunk, 0);
       }
       return nullptr;
     }
     at::Tensor chunk = flat.narrow(0, plan.begin(c), plan.length(c));
-    return waitHost(levels, ctx, hostBroadcast(levels, ctx, chunk, uniform ? rootLocal : 0));
+    return levels.host.broadcast(ctx, chunk, uniform ? rootLocal : 0);
   });
   runPipeline(plan.count, stages);
 }
@@ -666,13 +619,14 @@ void allgatherData(
          State& s = states[c];
          const int64_t m = plan.length(c);
          s.hostBlocks = L > 1 ? at::empty({L * H * m}, in.options()) : s.railBlocks;
-         c10::intrusive_ptr<c10d::Work> work;
+         Pending gathered;
          if (L > 1) {
-           work = hostAllgather(levels, ctx, s.hostBlocks, s.railBlocks);
+           gathered = levels.host.allgather(
+               ctx, s.hostBlocks, s.railBlocks, InHostLevel::Step::kFollowing);
          }
-         return [&levels, &ctx, &s, &topology, &out, &plan, n, c, m, work] {
-           if (work) {
-             levels.host.wait(work, ctx);
+         return [&s, &topology, &out, &plan, n, c, m, gathered] {
+           if (gathered) {
+             gathered();
            }
            scatterBlocks(topology, s.hostBlocks, out, n, plan.begin(c), m);
            s = State();
@@ -780,7 +734,7 @@ void reduceScatterData(
            return nullptr;
          }
          s.sums = at::empty({H * m}, in.options());
-         return waitHost(levels, ctx, hostReduceScatter(levels, ctx, s.sums, byRail, op));
+         return levels.host.reduceScatter(ctx, s.sums, byRail, hostSpec(spec));
        },
        [&](int c) {
          State& s = states[c];

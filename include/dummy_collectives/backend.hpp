@@ -9,46 +9,40 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <dummy_collectives/algorithms.hpp>
+#include <ATen/ThreadLocalState.h>
+
+#include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/flight_recorder.hpp>
+#include <dummy_collectives/lowering.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 #include <dummy_collectives/options.hpp>
 #include <dummy_collectives/param_comms.hpp>
-#include <dummy_collectives/shm_transport.hpp>
-#include <dummy_collectives/transport.hpp>
-#include <dummy_collectives/worker_pool.hpp>
 
 namespace dummy_collectives {
 
-class DeviceCollectives;
-class DummyWork;
-
 class Checker;
+class DummyWork;
 class Engine;
 class ExitHandle;
-class P2pEngine;
-class ShmTransport;
 
-// The c10d face: validates arguments on the caller's thread (bad input never reaches the
-// wire), describes each collective as an OpDescriptor, and hands it to the engine.
+// The c10d face, the one for every group: each collective checks its arguments on the caller's
+// thread (bad input never reaches the wire), describes itself as an OpDescriptor, and hands its
+// staged tensors to the group's lowering (lowering.hpp): shared memory on one host, two levels
+// across hosts. One issue pipeline for all of them (backend_submission.hpp): numbering, the
+// profiler's and the flight recorder's records, the debug log, running it inside the call or on
+// the engine, the dump on failure.
 class DummyBackend final : public c10d::Backend {
  public:
-  // `hostLevel`: set where this backend is the host level of a group that spans hosts
-  // (HierarchicalBackend). Its collectives are then steps of the group's: the profiler shows
-  // them as "dummy.host:<collective>" inside the group's own event, and they record no
-  // record_param_comms or flight recorder entries of their own (the group records them).
+  // `lowering`: how the group moves data (null in zero mode, where nothing moves).
   // `globalRanks`: the group's ranks in the world, in group-rank order (empty: the world), as
-  // the flight recorder's dumps name them. `pids`: every rank's pid from the group's discovery
-  // (GroupJoin::pids; empty: unknown).
+  // the flight recorder's dumps name them.
   DummyBackend(
-      const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
       int size,
       c10::intrusive_ptr<BackendOptions> options,
-      HostLevelOf hostLevel = {},
-      std::vector<int64_t> globalRanks = {},
-      std::vector<int32_t> pids = {});
+      std::shared_ptr<Lowering> lowering,
+      std::vector<int64_t> globalRanks = {});
   ~DummyBackend() override;
 
   const std::string getBackendName() const override {
@@ -61,10 +55,6 @@ class DummyBackend final : public c10d::Backend {
   // ProcessGroup.abort() / _abort_process_group: marks the group aborted for every rank, so
   // queued, blocked and later operations on it raise at once (here and on the peers).
   void abort() override;
-  // Aborts the group for every rank of it with `reason` (a group spanning hosts tells its
-  // host's ranks why the whole group failed).
-  void abortWith(const std::string& reason);
-
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -152,13 +142,10 @@ class DummyBackend final : public c10d::Backend {
   Mode mode() const {
     return options_->mode;
   }
-  // Whether large allreduces and gathers reach the peers' memory directly: "on", "off", or
-  // "undecided" until the group's first collective in the peer-access window
-  // (BackendOptions::peerAccess).
-  std::string peerAccess() const;
-  // Whether the group's ranks outnumber the CPUs they may run on (their waits then hand cores
-  // over instead of polling); empty until the group's first collective.
-  std::optional<bool> sharesCores() const;
+  // How the group moves data (null in zero mode): see lowering.hpp.
+  const Lowering* lowering() const {
+    return lowering_.get();
+  }
   // Why the group can no longer be used (a dead peer, a timeout, an abort); empty while it can.
   // A failed collective that leaves this empty was a mismatch: the group stays usable.
   std::string brokenReason() const;
@@ -179,9 +166,9 @@ class DummyBackend final : public c10d::Backend {
   static Issue issued(const Options& opts) {
     return {opts.timeout, !opts.asyncOp};
   }
-  // Issues a collective; `algorithm(Transport&)` runs on the engine thread, or right here when
-  // the caller blocks on it anyway and nothing is queued ahead of it.
-  template <typename Algorithm>
+  // Issues a collective; `body(Lowering&, const OpContext&)` runs inside Lowering::run(), on
+  // the engine thread, or right here when the caller blocks on it and nothing is queued ahead.
+  template <typename Body>
   c10::intrusive_ptr<c10d::Work> submit(
       OpDescriptor op,
       c10d::OpType opType,
@@ -189,12 +176,13 @@ class DummyBackend final : public c10d::Backend {
       const std::vector<at::Tensor>& inputs,
       std::vector<at::Tensor> outputs,
       Issue issue,
-      Algorithm algorithm,
+      Body body,
       const SplitSizes& splits = {});
-  // Enqueues a collective on device tensors that takes the device path (device_->accepts());
-  // `body(DeviceCollectives&, Transport&)` runs on the engine thread inside device_->run().
+  // Issues a collective on device tensors that takes the device path (Lowering::deviceFor);
+  // `body(DeviceCollectives&, Transport&)` runs on the engine thread inside runOnDevice().
   template <typename Body>
   c10::intrusive_ptr<c10d::Work> submitDevice(
+      DeviceCollectives& device,
       OpDescriptor op,
       c10d::OpType opType,
       const char* profilingTitle,
@@ -220,13 +208,32 @@ class DummyBackend final : public c10d::Backend {
       std::chrono::milliseconds timeout,
       const SplitSizes& splits = {});
   // What a collective issued under a profiler needs to record who made whom wait when it
-  // completes (recordArrival); null where nobody listened, and for a host level's steps.
+  // completes (recordArrival); null where nobody listened.
   struct WaitRecord {
     at::ThreadLocalState issuer;
     std::string groupUid;
     const char* title;
   };
   std::shared_ptr<const WaitRecord> waitRecord(bool observed, const char* profilingTitle) const;
+  // Everything a queued collective's run needs of the group, by value or by pointer to what
+  // outlives the engine that runs it.
+  struct Running {
+    Lowering* lowering;
+    debug_log::Site site;
+    flight_recorder::Group* recorded;
+  };
+  Running running() const {
+    return {lowering_.get(), traceSite_, fr_.get()};
+  }
+  // Runs one collective: `start(OpContext&)` is Lowering::run or runOnDevice with its body.
+  template <typename Start>
+  static void runCollective(
+      const Running& group,
+      OpContext call,
+      std::chrono::steady_clock::time_point issuedAt,
+      uint64_t record,
+      const WaitRecord* waits,
+      Start&& start);
   c10::intrusive_ptr<c10d::Work> enqueue(
       const OpDescriptor& op,
       c10d::OpType opType,
@@ -234,9 +241,8 @@ class DummyBackend final : public c10d::Backend {
       const std::vector<at::Tensor>& inputs,
       std::vector<at::Tensor> outputs,
       std::function<void(DummyWork&)> body);
-  // Whether device tensors take the device path (CUDA IPC); false for CPU tensors, in zero mode
-  // and in CPU-only builds.
-  bool onDevicePath(const std::vector<at::Tensor>& tensors) const;
+  // The device path for `tensors` (null: staged through host memory, or zero mode).
+  DeviceCollectives* deviceFor(const std::vector<at::Tensor>& tensors) const;
   // Also refuses a forked child (requireCreator).
   Checker checker(const char* collective) const;
   void requireReal(const char* collective) const;
@@ -244,8 +250,6 @@ class DummyBackend final : public c10d::Backend {
   // shares the parent's segment and would take the parent's place in its collectives (NCCL
   // refuses a communicator in a forked child too). A cached compare, not a syscall.
   void requireCreator(const char* collective) const;
-  algorithms::PeerAccessWindow peerAccessWindow() const;
-  algorithms::AllreducePlan allreducePlan() const;
   // _reduce_scatter_base and reduce_scatter_tensor_coalesced: outputs[i] receives part rank()
   // of the reduction of every rank's inputs[i].
   c10::intrusive_ptr<c10d::Work> reduceScatterTensors(
@@ -258,33 +262,27 @@ class DummyBackend final : public c10d::Backend {
       c10d::OpType opType,
       const char* profilingTitle,
       std::vector<at::Tensor> outputs);
-
-  c10::intrusive_ptr<BackendOptions> options_;
+  // Numbers a point-to-point operation and records it (record_param_comms, the flight
+  // recorder), whichever level carries it.
+  PointToPoint pointToPoint(
+      const char* what, const char* title, int peer, int tag, const std::vector<at::Tensor>& tensors);
   c10::intrusive_ptr<c10d::Work> receive(
       std::vector<at::Tensor>& tensors,
       int srcRank,
       int tag,
       const char* what);
-
-  std::shared_ptr<ShmTransport> transport_; // null in zero mode
-  std::shared_ptr<WorkerPool> workers_;      // null in zero mode; shared with running bodies
-  std::shared_ptr<Engine> engine_;
-  std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
-  std::shared_ptr<DeviceCollectives> device_; // null in zero mode and CPU-only builds
-  std::shared_ptr<ExitHandle> exitHandle_;    // the exit flush's weak reference points here
-  bool hostLevel_;   // the host level of a group spanning hosts (HostLevelOf)
-  // How the debug log names this group's operations: by the group rank (of the whole group,
-  // for a host level, whose collectives are the group's steps and go unlogged).
-  debug_log::Site traceSite_;
   // DUMMY_COLLECTIVES_DEBUG=INFO: what the group found and chose, once, when it is made.
   void logCreation() const;
-  // "dummy:all_reduce" -> "dummy.host:all_reduce", interned for the profiler (it keeps pointers).
-  static const char* hostLevelTitle(const char* title);
-  // This group in the flight recorder; null when it is off, in zero mode and for a host level.
+
+  c10::intrusive_ptr<BackendOptions> options_;
+  std::shared_ptr<Lowering> lowering_;        // null in zero mode
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<ExitHandle> exitHandle_;    // the exit flush's weak reference points here
+  // How the debug log names this group's operations.
+  debug_log::Site traceSite_;
+  // This group in the flight recorder; null when it is off and in zero mode.
   std::shared_ptr<flight_recorder::Group> fr_;
   bool frDescTaken_ = false; // c10d sets the group's description after creation: read it once
-  // Records a point-to-point operation as started (0: not recorded).
-  uint64_t recordPointToPoint(const char* op, int peer, const std::vector<at::Tensor>& tensors);
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
   uint64_t p2pSeq_ = 0; // point-to-point operations issued (for the profiler's records)
   int pid_;          // the process that made the backend (its threads exist only there)

@@ -1,52 +1,65 @@
 #pragma once
 
-#include <functional>
-#include <string>
+#include <memory>
 
-#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <ATen/core/Tensor.h>
 
 #include <dummy_collectives/hierarchy/group_health.hpp>
-#include <dummy_collectives/hierarchy/op_context.hpp>
+#include <dummy_collectives/hierarchy/pipeline.hpp>
+#include <dummy_collectives/op_context.hpp>
+#include <dummy_collectives/reduce_ops.hpp>
+#include <dummy_collectives/shm_lowering.hpp>
+
+namespace dummy_collectives {
+class Engine;
+}
 
 namespace dummy_collectives::hierarchy {
 
-// The level inside one host: any c10d backend over this host's ranks (a DummyBackend over
-// shared memory), numbered by local rank. Two-level algorithms issue its collectives and wait
-// for them here; a failure becomes the group's failure.
+// The level inside one host: the shared-memory lowering of this host's ranks (numbered by local
+// rank), driven step by step. Each step starts on the level's own engine and returns what to
+// wait for, so a pipeline's in-host step of one chunk overlaps the cross-host step of another
+// (pipeline.hpp); a waiting thread runs the queued steps itself (Engine), so a step waited for
+// at once costs no hand-off. Every step follows an agreement (agreement.hpp) or is the
+// agreement's own first one, so a failure here is the group's: the wait fails the group.
 class InHostLevel {
  public:
-  // `brokenReason`: why the host's backend can no longer be used (empty while it can).
-  InHostLevel(
-      c10::intrusive_ptr<c10d::Backend> backend,
-      std::function<std::string()> brokenReason,
-      GroupHealth& health)
-      : backend_(std::move(backend)), brokenReason_(std::move(brokenReason)), health_(health) {}
+  InHostLevel(std::shared_ptr<ShmLowering> shm, GroupHealth& health);
+  ~InHostLevel(); // runs what is still queued, then stops the engine
 
-  c10d::Backend& operator*() const {
-    return *backend_;
-  }
-  c10d::Backend* operator->() const {
-    return backend_.get();
-  }
-  const c10::intrusive_ptr<c10d::Backend>& backend() const {
-    return backend_;
-  }
   int rank() const {
-    return backend_->getRank();
+    return shm_->rank();
   }
   int size() const {
-    return backend_->getSize();
+    return shm_->size();
+  }
+  ShmLowering& shm() const {
+    return *shm_;
   }
 
-  // Waits for `work`, a collective of this level. Every collective a two-level algorithm runs
-  // here follows an agreement (agreement.hpp), so it cannot be a mismatch: any failure (a dead
-  // host peer, a timeout, an abort from another host) fails the group.
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const;
+  // Which timeout a step has: the collective's first step names the rank that never came
+  // (OpContext::timeout); every later one waits a grace longer (followingStepTimeout).
+  enum class Step { kFirst, kFollowing };
+
+  // output (size() parts) receives every local rank's input.
+  Pending allgather(const OpContext& ctx, at::Tensor output, at::Tensor input, Step step);
+  // output receives part rank() of the reduction of every local rank's input.
+  Pending reduceScatter(
+      const OpContext& ctx, at::Tensor output, at::Tensor input, const ReduceSpec& spec);
+  Pending broadcast(const OpContext& ctx, at::Tensor data, int root);
+  // Only local rank `root` receives the reduction.
+  Pending reduce(const OpContext& ctx, at::Tensor data, int root, const ReduceSpec& spec);
 
  private:
-  c10::intrusive_ptr<c10d::Backend> backend_;
-  std::function<std::string()> brokenReason_;
+  // Queues `steps(ShmLowering&, const OpContext&)` as the host's next collective, described by
+  // `op` (its kind, dtype and sizes; numbered here), and returns its wait.
+  template <typename Steps>
+  Pending post(const OpContext& ctx, OpDescriptor op, Step step, Steps steps);
+
+  std::shared_ptr<ShmLowering> shm_;
   GroupHealth& health_;
+  std::shared_ptr<Engine> engine_;
+  uint64_t seq_ = 0; // the host's collectives so far; every local rank counts the same
 };
 
 } // namespace dummy_collectives::hierarchy

@@ -7,7 +7,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <dummy_collectives/hierarchy/group_health.hpp>
-#include <dummy_collectives/hierarchy/op_context.hpp>
+#include <dummy_collectives/op_context.hpp>
 #include <dummy_collectives/hierarchy/topology.hpp>
 
 namespace dummy_collectives::hierarchy {

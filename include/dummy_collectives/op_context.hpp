@@ -7,9 +7,10 @@
 #include <dummy_collectives/fault_injection.hpp>
 #include <dummy_collectives/op_descriptor.hpp>
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives {
 
-// The collective a two-level algorithm runs: what messages name, and when it must be done.
+// One collective as a lowering runs it (lowering.hpp): what messages name, when it must be done,
+// and who the group waited for.
 struct OpContext {
   // Who timed out first decides what every rank reports, and only the first step of a
   // collective -- where ranks come straight from the caller -- can name the rank that never
@@ -52,4 +53,4 @@ struct OpContext {
   }
 };
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives

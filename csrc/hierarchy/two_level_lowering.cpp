@@ -1,0 +1,484 @@
+// The lowering of a group that spans hosts: which two-level algorithm (two_level.cpp) each
+// collective is, what a collective of the group does around it (the agreement's arrival, the
+// store watcher, the fault injection of tests), and point-to-point across hosts.
+#include <dummy_collectives/hierarchy/two_level_lowering.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
+
+#include <dummy_collectives/debug_log.hpp>
+#include <dummy_collectives/flight_recorder.hpp>
+#include <dummy_collectives/hierarchy/agreement.hpp>
+#include <dummy_collectives/hierarchy/cross_host_p2p.hpp>
+#include <dummy_collectives/hierarchy/in_host.hpp>
+#include <dummy_collectives/hierarchy/two_level.hpp>
+#include <dummy_collectives/this_process.hpp>
+
+namespace dummy_collectives::hierarchy {
+namespace {
+
+// A receive from another host into a tensor the engine cannot write directly (a CUDA or
+// non-contiguous one): the engine receives into a host copy, copied into the tensor on wait().
+class StagedRecvWork final : public c10d::Work {
+ public:
+  StagedRecvWork(c10::intrusive_ptr<c10d::Work> inner, at::Tensor user, at::Tensor host)
+      : c10d::Work(-1, c10d::OpType::RECV),
+        inner_(std::move(inner)),
+        user_(std::move(user)),
+        host_(std::move(host)) {}
+  bool isCompleted() override {
+    return inner_->isCompleted();
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    inner_->wait(timeout);
+    user_.copy_(host_);
+    return true;
+  }
+  int sourceRank() const override {
+    return inner_->sourceRank();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  at::Tensor user_;
+  at::Tensor host_;
+};
+
+// A point-to-point operation the flight recorder follows: completed when a wait on it returns
+// or it is found complete; a group failure seen in wait() writes the dump.
+class RecordedWork final : public c10d::Work {
+ public:
+  RecordedWork(
+      c10::intrusive_ptr<c10d::Work> inner, uint64_t record, flight_recorder::Group* group)
+      : c10d::Work(-1, inner->retrieveOpType()),
+        inner_(std::move(inner)),
+        record_(record),
+        group_(group) {}
+  bool isCompleted() override {
+    const bool done = inner_->isCompleted();
+    if (done && inner_->exception() == nullptr) {
+      flight_recorder::completed(record_);
+    }
+    return done;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    try {
+      inner_->wait(timeout);
+    } catch (const c10::DistBackendError& e) {
+      flight_recorder::dumpOnFailure(group_, e.what());
+      throw;
+    }
+    flight_recorder::completed(record_);
+    return true;
+  }
+  int sourceRank() const override {
+    return inner_->sourceRank();
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    return inner_->getFuture();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  uint64_t record_;
+  flight_recorder::Group* group_;
+};
+
+// A collective of the group running on this rank, for the store watcher (GroupHealth).
+class InFlight {
+ public:
+  explicit InFlight(GroupHealth& health) : health_(health) {
+    health_.collectiveBegins();
+  }
+  ~InFlight() {
+    health_.collectiveEnds();
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  GroupHealth& health_;
+};
+
+// gloo takes tags from 0 up; dummy's own messages (the monitored barrier's) use negative ones,
+// which go to the top of gloo's range instead, far from any tag user code counts up to.
+int engineTag(int tag) {
+  return tag >= 0 ? tag : std::numeric_limits<int>::max() + (tag + 1); // -1: INT_MAX
+}
+
+// Tensors grouped by dtype, each group concatenated: coalesced allreduces run one two-level
+// allreduce per dtype instead of one per tensor.
+std::map<at::ScalarType, std::vector<size_t>> byDtype(const std::vector<at::Tensor>& tensors) {
+  std::map<at::ScalarType, std::vector<size_t>> groups;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    groups[tensors[i].scalar_type()].push_back(i);
+  }
+  return groups;
+}
+
+} // namespace
+
+TwoLevelLowering::TwoLevelLowering(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const c10::intrusive_ptr<c10d::Store>& hostStore,
+    c10::intrusive_ptr<BackendOptions> options,
+    Topology topology,
+    int ranksOnMachine,
+    c10::intrusive_ptr<c10d::Backend> rail,
+    c10::intrusive_ptr<c10d::Backend> everyone)
+    : options_(std::move(options)),
+      topology_(std::move(topology)),
+      waits_(std::make_unique<WaitLedger>(topology_.size())) {
+  const int rank = topology_.rank();
+  const int size = topology_.size();
+  // The host's ranks: their own segment, through the host's store prefix. Messages name them by
+  // their group rank; every rank of the group on this machine counts for core sharing.
+  hostShm_ = std::make_shared<ShmLowering>(
+      hostStore,
+      topology_.localRank(),
+      topology_.localSize(),
+      options_,
+      GroupJoin{options_->timeout, {}},
+      HostLevelOf{topology_.ranksOn(topology_.host()), ranksOnMachine},
+      debug_log::Site{rank, &options_->group_name, false});
+  health_ = std::make_unique<GroupHealth>(
+      store,
+      [shm = hostShm_.get()](const std::string& reason) { shm->abort(reason); },
+      [shm = hostShm_.get()] { return shm->brokenReason(); },
+      c10::str("rank ", rank, " (", topology_.describeHost(topology_.host()), ", pid ",
+               thisProcessId(), ")"),
+      /*watch=*/topology_.localRank() == 0,
+      topology_.hostCount());
+  host_ = std::make_unique<InHostLevel>(hostShm_, *health_);
+  const bool needsRail = topology_.uniform() || topology_.localRank() == 0;
+  TORCH_CHECK(
+      needsRail == static_cast<bool>(rail),
+      "dummy_collectives: rank ", rank, needsRail ? " needs" : " takes no", " cross-host rail");
+  if (rail) {
+    rail_ = std::make_unique<InterHostEngine>(
+        std::move(rail), topology_.rail(topology_.uniform() ? topology_.localRank() : 0),
+        topology_, *health_);
+  }
+  std::vector<int> all(size);
+  for (int r = 0; r < size; ++r) {
+    all[r] = r;
+  }
+  p2p_ = std::make_unique<CrossHostP2P>(everyone, rank);
+  everyone_ = std::make_unique<InterHostEngine>(std::move(everyone), all, topology_, *health_);
+  HierarchySettings settings;
+  settings.inlineBytes = options_->interHostInlineBytes;
+  settings.chunkBytes = options_->interHostChunkBytes;
+  levels_ = std::unique_ptr<Levels>(
+      new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
+  fault_ = fault_injection::fromEnv(); // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
+}
+
+TwoLevelLowering::~TwoLevelLowering() {
+  host_.reset(); // runs the host's queued steps, while the levels are alive
+  if (!health_->brokenReason().empty()) {
+    // A failed group may have given up a cross-host wait the engine cannot interrupt: its
+    // destructor would join a thread still blocked in it. The process's exit closes it.
+    new std::unique_ptr<InterHostEngine>(std::move(rail_));
+    new std::unique_ptr<InterHostEngine>(std::move(everyone_));
+    new std::unique_ptr<CrossHostP2P>(std::move(p2p_));
+  }
+}
+
+void TwoLevelLowering::logCreation(int me) const {
+  using debug_log::bytes;
+  DC_LOG(kInfo, me, "this rank is local rank ", topology_.localRank(), " of ",
+         topology_.localSize(), " on host ", topology_.host());
+  // Enough hosts to see the layout; a thousand-host job need not print them all on every rank.
+  constexpr int kHostsShown = 16;
+  for (int h = 0; h < std::min(topology_.hostCount(), kHostsShown); ++h) {
+    DC_LOG(kInfo, me, "host ", h, " of ", topology_.hostCount(), ": ",
+           topology_.describeHost(h).substr(std::strlen("host "))); // "host <name> ..."
+  }
+  if (topology_.hostCount() > kHostsShown) {
+    DC_LOG(kInfo, me, "... and ", topology_.hostCount() - kHostsShown, " more hosts");
+  }
+  const std::string between = topology_.uniform()
+      ? c10::str("rails (ranks per host ", topology_.localSize(), "; this rank's rail: ranks ",
+                 c10::Join(", ", topology_.rail(topology_.localRank())), ")")
+      : c10::str("leaders (hosts run different numbers of ranks; their local rank 0 carries "
+                 "the cross-host stage, this rank ",
+                 topology_.localRank() == 0 ? "among them)" : "not)");
+  DC_LOG(kInfo, me, "cross-host engine gloo (inter_host ", options_->interHost, ") over ", between,
+         "; CUDA tensors cross hosts staged through host memory");
+  DC_LOG(kInfo, me, "cross-host: up to inter_host_inline_bytes ",
+         bytes(options_->interHostInlineBytes),
+         " ride with the agreement (one exchange), larger messages are pipelined in at least ",
+         two_level::kMinChunks, " chunks of ", bytes(two_level::kMinChunkBytes),
+         " to inter_host_chunk_bytes ", bytes(options_->interHostChunkBytes));
+  hostShm_->logCreation(me);
+}
+
+std::vector<std::vector<int>> TwoLevelLowering::hosts() const {
+  std::vector<std::vector<int>> hosts;
+  for (int h = 0; h < topology_.hostCount(); ++h) {
+    hosts.push_back(topology_.ranksOn(h));
+  }
+  return hosts;
+}
+
+std::string TwoLevelLowering::peerAccess() const {
+  return hostShm_->peerAccess();
+}
+
+std::optional<bool> TwoLevelLowering::sharesCores() const {
+  return hostShm_->sharesCores();
+}
+
+std::string TwoLevelLowering::brokenReason() const {
+  return health_->brokenReason();
+}
+
+void TwoLevelLowering::abort(const std::string& reason) {
+  // Fails the group on every rank of every host (the reason travels through the store).
+  health_->markFailed(reason);
+}
+
+void TwoLevelLowering::setTimeout(std::chrono::milliseconds timeout) {
+  hostShm_->setTimeout(timeout);
+  if (rail_) {
+    (*rail_)->setTimeout(timeout);
+  }
+  (*everyone_)->setTimeout(timeout);
+}
+
+void TwoLevelLowering::finishForExit() {
+  hostShm_->finishForExit();
+}
+
+// ---- One collective ----------------------------------------------------------------------------
+
+void TwoLevelLowering::run(OpContext& call, const std::function<void()>& collective) {
+  const auto now = std::chrono::steady_clock::now();
+  call.deadline = now + call.timeout;
+  call.arrivedNs =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  if (call.arrival != nullptr) {
+    call.arrival->arrivedNs = call.arrivedNs;
+  }
+  if (fault_) {
+    call.fault = &*fault_;
+    call.faultStep = fault_->stepFor(call.rank, call.op.seq);
+  }
+  const InFlight inFlight(*health_); // the host's watcher asks the store meanwhile
+  health_->raiseIfBroken(call.describe());
+  try {
+    collective();
+  } catch (const c10::DistBackendError&) {
+    throw; // the group's failure, or a mismatch every rank raises alike
+  } catch (const c10::ValueError&) {
+    throw; // bad arguments every rank found after the agreement (all-to-all split sizes)
+  } catch (const std::exception& e) {
+    // Anything else (out of memory, a bug) happened on this rank alone, part way through the
+    // collective's steps: its peers would wait for steps it never takes. Fail the group, so
+    // every rank on every host raises this, naming this rank.
+    health_->fail(call.describe(), c10::str("failed on ", health_->self(), ": ", e.what()));
+  }
+  if (call.arrival != nullptr && call.arrival->known()) {
+    waits_->add(call.arrival->lastRank, call.arrival->waitedNs);
+  }
+}
+
+void TwoLevelLowering::allreduce(const OpContext& call, at::Tensor& data, const Reduction& r) {
+  two_level::allreduce(*levels_, call, data, r.op, r.spec);
+}
+
+void TwoLevelLowering::allreduceCoalesced(
+    const OpContext& call,
+    std::vector<at::Tensor>& data,
+    const c10d::ReduceOp& op,
+    const std::vector<ReduceSpec>& specs) {
+  agree(*levels_, call);
+  for (const auto& [dtype, members] : byDtype(data)) {
+    std::vector<at::Tensor> flat;
+    for (size_t i : members) {
+      flat.push_back(data[i].reshape(-1));
+    }
+    at::Tensor all = at::cat(flat);
+    two_level::allreduceData(*levels_, call, all, op, specs[members[0]]);
+    int64_t offset = 0;
+    for (size_t i : members) {
+      data[i].view(-1).copy_(all.narrow(0, offset, data[i].numel()));
+      offset += data[i].numel();
+    }
+  }
+}
+
+at::Tensor TwoLevelLowering::allreduceSparse(const OpContext& call, const at::Tensor& input) {
+  return two_level::allreduceSparse(*levels_, call, input);
+}
+
+void TwoLevelLowering::reduce(
+    const OpContext& call, at::Tensor& data, const Reduction& r, int root) {
+  two_level::reduce(*levels_, call, data, r.op, r.spec, root);
+}
+
+void TwoLevelLowering::broadcast(const OpContext& call, at::Tensor& data, int root) {
+  two_level::broadcast(*levels_, call, data, root);
+}
+
+void TwoLevelLowering::allgather(
+    const OpContext& call, const at::Tensor& input, std::vector<at::Tensor>& perRank) {
+  at::Tensor all = at::empty({input.numel() * topology_.size()}, input.options());
+  two_level::allgather(*levels_, call, input, all);
+  for (size_t r = 0; r < perRank.size(); ++r) {
+    perRank[r].view(-1).copy_(all.narrow(0, r * input.numel(), input.numel()));
+  }
+}
+
+void TwoLevelLowering::allgatherInto(
+    const OpContext& call, const at::Tensor& input, at::Tensor& output) {
+  two_level::allgather(*levels_, call, input, output);
+}
+
+void TwoLevelLowering::allgatherCoalesced(
+    const OpContext& call,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor>& outputs,
+    bool byRank) {
+  agree(*levels_, call);
+  const size_t count = inputs.size();
+  for (size_t i = 0; i < count; ++i) {
+    if (!byRank) {
+      two_level::allgatherData(*levels_, call, inputs[i], outputs[i]);
+      continue;
+    }
+    const int64_t n = inputs[i].numel();
+    at::Tensor all = at::empty({n * topology_.size()}, inputs[i].options());
+    two_level::allgatherData(*levels_, call, inputs[i], all);
+    for (int r = 0; r < topology_.size(); ++r) {
+      outputs[r * count + i].view(-1).copy_(all.narrow(0, r * n, n));
+    }
+  }
+}
+
+void TwoLevelLowering::gather(
+    const OpContext& call, const at::Tensor& input, std::vector<at::Tensor>& outputs, int root) {
+  two_level::gather(*levels_, call, input, outputs, root);
+}
+
+void TwoLevelLowering::scatter(
+    const OpContext& call, const std::vector<at::Tensor>& inputs, at::Tensor& output, int root) {
+  std::vector<at::Tensor> parts(inputs);
+  two_level::scatter(*levels_, call, parts, output, root);
+}
+
+void TwoLevelLowering::reduceScatter(
+    const OpContext& call,
+    const std::vector<at::Tensor>& inputs,
+    at::Tensor& output,
+    const Reduction& r) {
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& t : inputs) {
+    parts.push_back(t.reshape(-1));
+  }
+  two_level::reduceScatter(*levels_, call, at::cat(parts), output, r.op, r.spec);
+}
+
+void TwoLevelLowering::reduceScatterTensors(
+    const OpContext& call,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor>& outputs,
+    const c10d::ReduceOp& op,
+    const std::vector<ReduceSpec>& specs) {
+  if (call.op.kind == CollectiveKind::kReduceScatterBase) {
+    two_level::reduceScatter(*levels_, call, inputs[0], outputs[0], op, specs[0]);
+    return;
+  }
+  agree(*levels_, call);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    two_level::reduceScatterData(*levels_, call, inputs[i], outputs[i], op, specs[i]);
+  }
+}
+
+void TwoLevelLowering::alltoall(
+    const OpContext& call,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const std::vector<int64_t>& sendBytes,
+    const std::vector<int64_t>& recvBytes) {
+  two_level::alltoall(*levels_, call, input, output, sendBytes, recvBytes);
+}
+
+void TwoLevelLowering::alltoallLists(
+    const OpContext& call,
+    const std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor>& outputs) {
+  std::vector<at::Tensor> sendParts;
+  std::vector<int64_t> sendBytes;
+  std::vector<int64_t> recvBytes;
+  int64_t received = 0;
+  for (size_t r = 0; r < inputs.size(); ++r) {
+    sendParts.push_back(bytesOf(inputs[r]));
+    sendBytes.push_back(sendParts.back().numel());
+    recvBytes.push_back(outputs[r].numel() * outputs[r].element_size());
+    received += recvBytes.back();
+  }
+  at::Tensor inBytes = at::cat(sendParts);
+  at::Tensor outBytes = at::empty({received}, at::kByte);
+  two_level::alltoall(*levels_, call, inBytes, outBytes, sendBytes, recvBytes);
+  int64_t offset = 0;
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    bytesOf(outputs[r]).copy_(outBytes.narrow(0, offset, recvBytes[r]));
+    offset += recvBytes[r];
+  }
+}
+
+void TwoLevelLowering::barrier(const OpContext& call) {
+  two_level::barrier(*levels_, call);
+}
+
+// ---- Point-to-point ----------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> TwoLevelLowering::recorded(
+    c10::intrusive_ptr<c10d::Work> work, const PointToPoint& p2p) {
+  if (p2p.record == 0) {
+    return work;
+  }
+  return c10::make_intrusive<RecordedWork>(std::move(work), p2p.record, p2p.recorded);
+}
+
+c10::intrusive_ptr<c10d::Work> TwoLevelLowering::send(
+    std::vector<at::Tensor>& tensors, const PointToPoint& p2p) {
+  if (sameHost(p2p.peer)) {
+    PointToPoint local = p2p;
+    local.peer = topology_.localRankOf(p2p.peer);
+    return hostShm_->send(tensors, local);
+  }
+  health_->raiseIfBroken(c10::str("dummy send to rank ", p2p.peer, " on rank ", topology_.rank()));
+  // The engine sends from contiguous host memory; the Work keeps the copy alive.
+  const at::Tensor host = tensors[0].to(at::kCPU).contiguous();
+  return recorded(p2p_->send(host, p2p.peer, static_cast<uint32_t>(engineTag(p2p.tag))), p2p);
+}
+
+c10::intrusive_ptr<c10d::Work> TwoLevelLowering::recv(
+    std::vector<at::Tensor>& tensors, const PointToPoint& p2p) {
+  TORCH_CHECK(p2p.peer >= 0, "dummy_collectives: a group across hosts has no recvAnysource");
+  if (sameHost(p2p.peer)) {
+    PointToPoint local = p2p;
+    local.peer = topology_.localRankOf(p2p.peer);
+    return hostShm_->recv(tensors, local);
+  }
+  health_->raiseIfBroken(
+      c10::str("dummy recv from rank ", p2p.peer, " on rank ", topology_.rank()));
+  const at::Tensor& user = tensors[0];
+  const auto tag = static_cast<uint32_t>(engineTag(p2p.tag));
+  if (user.is_cpu() && user.is_contiguous()) {
+    return recorded(p2p_->recv(user, p2p.peer, tag), p2p);
+  }
+  at::Tensor host = at::empty(user.sizes(), user.options().device(at::kCPU));
+  return recorded(
+      c10::make_intrusive<StagedRecvWork>(p2p_->recv(host, p2p.peer, tag), user, host), p2p);
+}
+
+} // namespace dummy_collectives::hierarchy

@@ -1,0 +1,175 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <dummy_collectives/arrival.hpp>
+#include <dummy_collectives/device_collectives.hpp>
+#include <dummy_collectives/op_context.hpp>
+#include <dummy_collectives/reduce_ops.hpp>
+
+namespace dummy_collectives {
+
+class DummyWork;
+namespace flight_recorder {
+struct Group;
+}
+
+// A reduction as the face checked it: c10d's operation (the two-level lowering splits AVG into
+// SUM inside hosts and one division) and its resolution for the tensor's dtype.
+struct Reduction {
+  c10d::ReduceOp op;
+  ReduceSpec spec;
+};
+
+// A point-to-point operation as the face numbered and recorded it.
+struct PointToPoint {
+  int peer;             // group rank; -1: any source (recvAnysource)
+  int tag;
+  uint64_t number;      // the group's point-to-point count, for the debug log
+  uint64_t record;      // its flight recorder entry, completed when it completes (0: none)
+  const char* title;    // the profiler's name for it; null where nobody listens
+  flight_recorder::Group* recorded; // where a failure seen in its wait dumps (null: nowhere)
+};
+
+// How one group's collectives move data: the face (backend.hpp) checks a collective's
+// arguments, numbers and records it, stages its tensors into contiguous host memory and hands it
+// here. Three lowerings: shared memory on one host (shm_lowering.hpp, which also carries the CUDA
+// IPC path), and two levels across hosts (hierarchy/two_level_lowering.hpp) that drive a
+// shared-memory lowering of the host's ranks and cross-host engines directly.
+//
+// Every method but the point-to-point ones runs inside run(), on whichever thread runs the
+// group's collectives (one at a time, in issue order).
+class Lowering {
+ public:
+  virtual ~Lowering() = default;
+
+  // ---- The group ---------------------------------------------------------------------------
+  // "shm" or "two_level" (Python's DummyBackend.lowering).
+  virtual const char* name() const = 0;
+  // The group ranks on each host, hosts ordered by their smallest rank.
+  virtual std::vector<std::vector<int>> hosts() const = 0;
+  // Whether large allreduces and gathers reach the peers' memory directly: "on", "off", or
+  // "undecided" until the first collective in the peer-access window (of this host's ranks).
+  virtual std::string peerAccess() const = 0;
+  // Whether the host's ranks outnumber the CPUs they may run on (waits then hand cores over
+  // rather than poll); empty until the first collective.
+  virtual std::optional<bool> sharesCores() const = 0;
+  // Why the group can no longer be used (a dead peer, a timeout, an abort); empty while it can.
+  virtual std::string brokenReason() const = 0;
+  // Fails the group for every rank with `reason`.
+  virtual void abort(const std::string& reason) = 0;
+  virtual void setTimeout(std::chrono::milliseconds timeout) = 0;
+  // Who made whom wait (see arrival.hpp), in group ranks.
+  virtual WaitLedger::Totals waitTotals() const = 0;
+  virtual void resetWaits() = 0;
+  // At exit, after the face's queue drained: finishes what is posted outside it.
+  virtual void finishForExit() {}
+  // DUMMY_COLLECTIVES_DEBUG=INFO: what the lowering found and chose, once.
+  virtual void logCreation(int me) const = 0;
+
+  // ---- One collective ----------------------------------------------------------------------
+  // Runs `collective` (calls to the methods below) as `call`: begins it on every level (the
+  // descriptor every rank checks travels with its first step), turns an error of this rank alone
+  // into the group's failure naming this rank (its peers would wait for steps it never takes),
+  // and fills call.arrival, where set, with who the group waited for.
+  virtual void run(OpContext& call, const std::function<void()>& collective) = 0;
+
+  // The collectives, on contiguous host tensors. In place where the tensor is named `data`.
+  virtual void allreduce(const OpContext& call, at::Tensor& data, const Reduction& r) = 0;
+  virtual void allreduceCoalesced(
+      const OpContext& call,
+      std::vector<at::Tensor>& data,
+      const c10d::ReduceOp& op,
+      const std::vector<ReduceSpec>& specs) = 0;
+  // The sum of every rank's sparse COO tensor, as gloo computes it.
+  virtual at::Tensor allreduceSparse(const OpContext& call, const at::Tensor& input) = 0;
+  // Only `root` receives the result.
+  virtual void reduce(const OpContext& call, at::Tensor& data, const Reduction& r, int root) = 0;
+  virtual void broadcast(const OpContext& call, at::Tensor& data, int root) = 0;
+  // perRank[r] receives rank r's input.
+  virtual void allgather(
+      const OpContext& call, const at::Tensor& input, std::vector<at::Tensor>& perRank) = 0;
+  // output receives every rank's input, in rank order.
+  virtual void allgatherInto(
+      const OpContext& call, const at::Tensor& input, at::Tensor& output) = 0;
+  // outputs[i] receives every rank's inputs[i] (allgather_into_tensor_coalesced); with
+  // `byRank`, outputs holds size() * inputs.size() tensors, rank-major (allgather_coalesced).
+  virtual void allgatherCoalesced(
+      const OpContext& call,
+      const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor>& outputs,
+      bool byRank) = 0;
+  // On root, outputs[r] receives rank r's input; elsewhere outputs is empty.
+  virtual void gather(
+      const OpContext& call,
+      const at::Tensor& input,
+      std::vector<at::Tensor>& outputs,
+      int root) = 0;
+  // Rank r receives root's inputs[r]; elsewhere inputs is empty.
+  virtual void scatter(
+      const OpContext& call,
+      const std::vector<at::Tensor>& inputs,
+      at::Tensor& output,
+      int root) = 0;
+  // output = the reduction of every rank's inputs[rank()].
+  virtual void reduceScatter(
+      const OpContext& call,
+      const std::vector<at::Tensor>& inputs,
+      at::Tensor& output,
+      const Reduction& r) = 0;
+  // outputs[i] receives part rank() of the reduction of every rank's inputs[i] (size() parts).
+  virtual void reduceScatterTensors(
+      const OpContext& call,
+      const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor>& outputs,
+      const c10d::ReduceOp& op,
+      const std::vector<ReduceSpec>& specs) = 0;
+  // Rank r's bytes [sum(sendBytes[..d]), +sendBytes[d]) of `input` land in rank d's `output`
+  // at sum(recvBytes[..r]); every rank's sizes are checked against its peers' first.
+  virtual void alltoall(
+      const OpContext& call,
+      const at::Tensor& input,
+      at::Tensor& output,
+      const std::vector<int64_t>& sendBytes,
+      const std::vector<int64_t>& recvBytes) = 0;
+  // Rank r's inputs[d] lands in rank d's outputs[r].
+  virtual void alltoallLists(
+      const OpContext& call,
+      const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor>& outputs) = 0;
+  virtual void barrier(const OpContext& call) = 0;
+
+  // ---- Device tensors ----------------------------------------------------------------------
+  // The device path (CUDA IPC) for a collective over `tensors`, where they take it; null where
+  // they are staged through host memory (CPU tensors, CPU-only builds, groups across hosts).
+  virtual DeviceCollectives* deviceFor(const std::vector<at::Tensor>& tensors) {
+    return nullptr;
+  }
+  // Like run(), for a collective deviceFor() accepted: `body` queues its device work.
+  virtual void runOnDevice(
+      OpContext& call,
+      DeviceCollectives::Ticket& ticket,
+      DummyWork& work,
+      const std::function<void(DeviceCollectives&, Transport&)>& body) {
+    TORCH_CHECK(false, "dummy_collectives: this lowering has no device path");
+  }
+
+  // ---- Point-to-point ----------------------------------------------------------------------
+  // Posts the operation (the face checked and recorded it); the Work completes it.
+  virtual c10::intrusive_ptr<c10d::Work> send(
+      std::vector<at::Tensor>& tensors, const PointToPoint& p2p) = 0;
+  virtual c10::intrusive_ptr<c10d::Work> recv(
+      std::vector<at::Tensor>& tensors, const PointToPoint& p2p) = 0;
+};
+
+} // namespace dummy_collectives
