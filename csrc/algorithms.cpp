@@ -270,8 +270,8 @@ void readPeerPieces(
 // peer's tensor. Nobody else reads or writes part r of any tensor meanwhile: a peer's original
 // piece is read before the owner overwrites it, and no peer reads its own part r. So one pass,
 // two exchanges in all (the addresses, and the end), where the slots take two per 1 MiB chunk
-// and copy every byte in and out once more. 2 ranks on the 2-core machine: 256 KiB 41-51 ->
-// 26-33 us, 1 MiB 146-203 -> 79-121 us, 16 MiB 2.0-2.5 -> 1.6-1.8 ms.
+// and copy every byte in and out once more: faster wherever the kernel's cross-memory copy is
+// fast (docs/benchmarks.md, "Peer access").
 bool allreduceByPeerAccess(
     Transport& t,
     at::Tensor& data,

@@ -90,7 +90,8 @@ class CudaCollectives final : public DeviceCollectives {
     const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device.index());
     if (hostOrdered()) {
       // Recording an event would make this process take the GPU from the leader (a time-slice
-      // hand-over, ~150 us); waiting for the stream here queues nothing.
+      // hand-over: docs/benchmarks.md, "Why the leader does the GPU work"); waiting for the
+      // stream here queues nothing.
       caller.synchronize();
     } else {
       ticket->ready.emplace(c10::DeviceType::CUDA);

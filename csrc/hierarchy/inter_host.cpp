@@ -52,9 +52,9 @@ InterHostEngine::InterHostEngine(
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(at::Tensor& out, at::Tensor& in) const {
-  // gloo's all-to-all of our bytes to every member answers in half the time of its all-gather
-  // (2 ranks on the 2-core machine, medians of 5x200 calls: 300-360 against 670-690 us, for
-  // 128 B to 16 KiB): send everyone a copy. The Work keeps the copies alive.
+  // gloo answers an all-to-all of our bytes to every member faster than its all-gather of the
+  // same small records (docs/benchmarks.md, "The cross-host exchange"): send everyone a copy.
+  // The Work keeps the copies alive.
   at::Tensor copies = in.repeat({size()});
   return alltoall(out, copies);
 }

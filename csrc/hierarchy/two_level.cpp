@@ -138,8 +138,7 @@ int64_t lineElements(size_t elementSize) {
 // ---- allreduce ---------------------------------------------------------------------------------
 
 // gloo's own allreduce pipelines its ring and beats an all-to-all, a fold and an all-gather above
-// a couple of MiB (2 ranks on the 2-core machine: 7.3 against 11-12 ms at 8 MiB), and loses below
-// (2.7 against 1.8-2.2 ms at 1 MiB, 2.3 against 0.7-0.8 ms at 256 KiB).
+// a couple of MiB, and loses below (docs/benchmarks.md, "The cross-host exchange").
 constexpr size_t kEngineAllreduceMinBytes = size_t{2} << 20;
 
 // Whether the engine's allreduce among `members` computes what dummy's kernels do for `spec`
@@ -197,10 +196,9 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, int member
 //   fold:     the fold of both chunks (two members) or of piece m, in host order; AVG's
 //             division after the engine's allreduce;
 //   gather:   nothing, or an all-gather of the folded pieces back into the chunk.
-// Two hosts, 2 ranks each, hosts pinned to a core each on the 2-core machine, allreduce time
-// against gloo's over the same 4 ranks: the exchange took 1 MiB from 1.1x to 2.1x and 64 KiB
-// from 3.2x to 6.2x (one round trip instead of two); at 16 MiB it lost to gloo's allreduce
-// (0.77x against 1.2x), which is why large chunks keep the engine's.
+// Two members exchange whole chunks because one round trip beats the all-to-all's two, and
+// large chunks keep the engine's allreduce because there it beats both (docs/benchmarks.md,
+// "The cross-host exchange").
 class CrossHostReduction {
  public:
   CrossHostReduction(

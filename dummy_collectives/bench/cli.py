@@ -38,7 +38,8 @@ HOSTS_INIT_TIMEOUT_S = 120.0
 POINT_TIMEOUT_S = 300.0
 # A point on a shaped link runs about rounds + 3 operations (first call, two calibration
 # batches; no warm-up once one call outlasts a round), gloo's each up to ~2x the link bound
-# here: the default per-point limit leaves twice that, so a slow link is not taken for a hang.
+# (gloo's share of the bound: docs/benchmarks.md, "Across hosts"): the default per-point limit
+# leaves twice that, so a slow link is not taken for a hang.
 SLOW_LINK_MARGIN = 4.0
 
 

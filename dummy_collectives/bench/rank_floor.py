@@ -4,14 +4,11 @@ The floor (:func:`dummy_collectives.bench.baseline.c10d_floor`) is what one c10d
 with nothing moved: PyTorch's FakeProcessGroup, in one process. Ranks of a real group run
 their calls at the same time, as many processes, and every c10d backend pays what that costs:
 
-- Where each rank has a core, the processes run side by side. On the 2-core machine (an AMD
-  EPYC VM) two busy Python processes each took longer per call than one alone: FakeProcessGroup
-  rounds alternating one process and two, max over the two, measured 5.06 against 8.46 us and
-  4.91 against 5.94 us at the best round, and 0.6-1.9 us more at the median (of 30 pairs).
+- Where each rank has a core, the processes run side by side, and two busy Python processes
+  each take longer per call than one alone (docs/benchmarks.md, "The c10d floor").
 - Where ranks outnumber cores, the ranks sharing a core run their calls one after the other,
   and the core must pass between their processes, which costs a Python process several
-  microseconds of cold caches each time (on the 2-core machine ~8 us, against ~1 us between
-  two small C processes).
+  microseconds of cold caches each time, far more than it costs two small C processes.
 
 How few hand-offs a collective can take: no rank finishes a collective before every rank has
 entered it, so every rank needs a turn on its core in every collective, and one turn holds one
@@ -22,11 +19,11 @@ cores (one to a core where there are enough), take turns on each core: a turn is
 memory; a rank waits for its turn with ``os.sched_yield``). They run the benchmark's timing
 protocol (barrier-started rounds, max over ranks, best round); the floor is that time per call.
 An earlier floor took two calls a turn, which halves the hand-offs per call below what any
-collective can take: on the 2-core machine it measured 99-123 us at 8 ranks against 166-181 us
-with one call a turn, and 25-36 us at 4 ranks against 43-54 us. The floor leaves out what a
-real collective adds (waiting across cores, migrations), but it is not a strict lower bound: a
-forced turn can wait on the scheduler (a declined ``sched_yield``) where a backend's rank would
-have found other work, and the turn-passing adds a fraction of a microsecond of Python per turn.
+collective can take, and so measured well under what one call a turn does (docs/benchmarks.md,
+"The c10d floor"). The floor leaves out what a real collective adds (waiting across cores,
+migrations), but it is not a strict lower bound: a forced turn can wait on the scheduler (a
+declined ``sched_yield``) where a backend's rank would have found other work, and the
+turn-passing adds a fraction of a microsecond of Python per turn.
 With a core each there is one rank to a core, no turn passes, and the rounds time what the
 ranks' calls cost side by side. Either way the report also shows every small allreduce's time
 above the one-process floor.

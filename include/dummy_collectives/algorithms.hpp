@@ -124,8 +124,8 @@ struct Span {
 void alltoall(Transport& t, const std::vector<Span>& sends, const std::vector<Span>& receives);
 
 // Through the slots only: the root copies each chunk in while the others copy the previous one
-// out, so two cores share the work; reading the root's tensor would leave it all to the readers
-// (2 ranks on the 2-core machine: 4 MiB 0.35 -> 0.42 ms, 64 MiB 6.5 -> 14 ms).
+// out, so two cores share the work; reading the root's tensor would leave it all to the readers,
+// which measured slower (docs/benchmarks.md, "Peer access").
 void broadcast(Transport& t, at::Tensor& data, int root);
 
 void barrier(Transport& t);

@@ -32,11 +32,10 @@ struct ProbeWord {
 ProbeWord probeWord();
 
 // How fast the kernel copies through read() against memcpy in this process, as a fraction of
-// memcpy's speed (0 where read() fails). Measured on the first call (~0.2 ms, once per process),
-// on an L2-sized piece in cache, as the collectives use it. Whether peer access pays depends on
-// it: it replaces the slots' two memcpys, made by two cores at once, with one kernel copy. 256
-// KiB pieces measured 8 GB/s against memcpy's 31-39 GB/s (0.21-0.25x) on an AMD EPYC VM, where
-// the slots beat peer access at every size from 256 KiB to 16 MiB.
+// memcpy's speed (0 where read() fails). Measured on the first call, once per process, on an
+// L2-sized piece in cache, as the collectives use it. Whether peer access pays depends on it:
+// it replaces the slots' two memcpys, made by two cores at once, with one kernel copy, and where
+// the kernel copies slowly the slots win at every size (docs/benchmarks.md, "Peer access").
 double copySpeed();
 
 } // namespace dummy_collectives::cross_memory

@@ -9,10 +9,11 @@
 // function-local static); libtorch does not export its instance, so an extension that records
 // into it records into a private copy that torch's _dump_fr_trace() never sees.
 //
-// Cost on the hot path (a small collective runs in ~1 us above c10d's floor): no allocation
-// once a ring slot has held a shape as large (each slot keeps its buffer), no lock another
-// thread holds in the common case (each slot has a spin flag that only a dump contends for),
-// three clock reads (created, started, completed).
+// Cost on the hot path, where a small collective costs little more than c10d's own call path
+// (docs/benchmarks.md, "Flight recorder cost"): no allocation once a ring slot has held a shape
+// as large (each slot keeps its buffer), no lock another thread holds in the common case (each
+// slot has a spin flag that only a dump contends for), three clock reads (created, started,
+// completed).
 
 #include <atomic>
 #include <chrono>

@@ -2,7 +2,7 @@
 
 // Helper threads that share one rank's bulk copies and folds in a large collective, where the
 // host has cores to spare beyond one per rank: a single thread per rank reaches only a part of
-// the machine's memory bandwidth (7 GB/s of copy on the 16-core GPU machine's CPUs).
+// the machine's memory bandwidth (docs/benchmarks.md, "Worker threads").
 
 #include <atomic>
 #include <condition_variable>

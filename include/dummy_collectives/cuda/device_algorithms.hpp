@@ -22,12 +22,13 @@ void allreduce(CudaIpcTransport& dev, Transport& host, at::Tensor& tensor, const
 constexpr int kSharedGpuLeader = 0;
 
 // In place, where dev.sharesOneGpu(): processes on one GPU take turns on it (time slices), and
-// each hand-over costs ~150 us on an H100, more than the data. So the leader does all the GPU
-// work: one kernel reads every rank's tensor (opened by CUDA IPC, no staging copy) and writes the
-// result into every rank's tensor; the others queue nothing on the GPU and return once the
-// leader's kernel has completed. Their tensors must be ready (their streams drained) when they
-// call it. Returns false on every rank, having moved nothing, when some rank's tensor cannot
-// be exported (see exportMemory); the caller then takes allreduce().
+// each hand-over costs more than the data (docs/benchmarks.md, "Why the leader does the GPU
+// work"). So the leader does all the GPU work: one kernel reads every rank's tensor (opened by
+// CUDA IPC, no staging copy) and writes the result into every rank's tensor; the others queue
+// nothing on the GPU and return once the leader's kernel has completed. Their tensors must be
+// ready (their streams drained) when they call it. Returns false on every rank, having moved
+// nothing, when some rank's tensor cannot be exported (see exportMemory); the caller then takes
+// allreduce().
 bool allreduceOnSharedGpu(
     CudaIpcTransport& dev,
     Transport& host,

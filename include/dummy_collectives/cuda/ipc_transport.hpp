@@ -29,8 +29,9 @@ namespace dummy_collectives::cuda {
 // waits on every peer's event. The host only waits for peers to have *queued* their work --
 // except for peers on this same GPU (with hostWaitOnSharedGpu): processes share a GPU by time
 // slices, and a stream blocked on another process's event holds the GPU until its slice ends
-// (~150 us per step on an H100, whatever the message size), so there the host waits until the
-// peer's event has completed before it queues more, and the GPU never waits across processes.
+// (a cost per step larger than the data: docs/benchmarks.md, "Why the leader does the GPU
+// work"), so there the host waits until the peer's event has completed before it queues more,
+// and the GPU never waits across processes.
 class CudaIpcTransport {
  public:
   // A collective over the Store: every rank of the group calls it at the same point. Returns

@@ -18,7 +18,7 @@ using Stage = std::function<Pending(int chunk)>;
 // the cross-host engine moves chunk c, the host's level already works on chunk c + 1 and on
 // chunk c - 1's last stage, and chunk c + 1's exchange is queued on the engine before chunk c's
 // is waited for: the link never idles between chunks (issued last stage first, the waits for
-// chunk c's exchange came first, and a 1 Gbit/s link reached 78% of its bound for 4 MiB).
+// chunk c's exchange came first and the link idled: docs/benchmarks.md, "Pipeline order").
 // The order in which operations are issued depends only on the number of chunks and stages,
 // never on timing: every rank issues the same in-host and cross-host collectives in the same
 // order, as every level requires.

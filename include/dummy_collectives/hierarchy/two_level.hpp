@@ -25,12 +25,9 @@ namespace dummy_collectives::hierarchy::two_level {
 // inter_host_chunk_bytes each: on a link slower than memory the in-host stages of one chunk then
 // hide behind the cross-host stage of another, and only the first chunk's reduce-scatter and the
 // last one's all-gather are exposed; large messages keep large chunks, fewer operations on the
-// engine. 2 hosts x 2 ranks on the 2-core machine, allreduce: with 4 chunks at least, 4 MiB
-// reached 75-81% of a 1 Gbit/s link's bound (a trace of its 1 MiB chunks: the link idle for
-// 1.5-5.7 ms before the first exchange and 1.5-7 ms after the last, of 39-44 ms); with 8,
-// 87-89% at every size from 1 MiB, and 1.6-1.7x gloo on unshaped links from 4 MiB up; with 16,
-// 90-93% shaped but 4 MiB unshaped fell to 1.4-1.5x gloo (16 operations of 128 KiB a rank, each
-// a hand-off on a core that two ranks share).
+// engine. Fewer chunks, or a larger least size, left a 1 Gbit/s link idle around the exposed
+// stages; more chunks cost unshaped links a core hand-off per operation (docs/benchmarks.md,
+// "Chunk size and count").
 constexpr int64_t kMinChunks = 8;
 constexpr size_t kMinChunkBytes = size_t{256} << 10;
 
