@@ -192,8 +192,6 @@ TwoLevelLowering::~TwoLevelLowering() {
 
 void TwoLevelLowering::logCreation(int me) const {
   using debug_log::bytes;
-  DC_LOG(kInfo, me, "this rank is local rank ", topology_.localRank(), " of ",
-         topology_.localSize(), " on host ", topology_.host());
   // Enough hosts to see the layout; a thousand-host job need not print them all on every rank.
   constexpr int kHostsShown = 16;
   for (int h = 0; h < std::min(topology_.hostCount(), kHostsShown); ++h) {
@@ -217,6 +215,11 @@ void TwoLevelLowering::logCreation(int me) const {
          two_level::kMinChunks, " chunks of ", bytes(two_level::kMinChunkBytes),
          " to inter_host_chunk_bytes ", bytes(options_->interHostChunkBytes));
   hostShm_->logCreation(me);
+}
+
+std::string TwoLevelLowering::rankPlacement() const {
+  return c10::str("; this rank is local rank ", topology_.localRank(), " of ",
+                  topology_.localSize(), " on host ", topology_.host());
 }
 
 std::vector<std::vector<int>> TwoLevelLowering::hosts() const {

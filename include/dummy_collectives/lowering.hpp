@@ -41,6 +41,60 @@ struct PointToPoint {
   flight_recorder::Group* recorded; // where a failure seen in its wait dumps (null: nowhere)
 };
 
+// The collectives every lowering implements, as X(result, name, (parameters)): the one list the
+// interface and each lowering's declarations are made from. Tensors are contiguous host tensors,
+// in place where named `data`; every method runs inside Lowering::run().
+//   allreduceSparse:      the sum of every rank's sparse COO tensor, as gloo computes it.
+//   reduce:               only `root` receives the result.
+//   allgather:            perRank[r] receives rank r's input.
+//   allgatherInto:        output receives every rank's input, in rank order.
+//   allgatherCoalesced:   outputs[i] receives every rank's inputs[i]; with `byRank`, outputs holds
+//                         size() * inputs.size() tensors, rank-major (allgather_coalesced).
+//   gather / scatter:     on root, outputs[r] is rank r's input / rank r receives inputs[r];
+//                         elsewhere the list is empty.
+//   reduceScatter:        output = the reduction of every rank's inputs[rank()].
+//   reduceScatterTensors: outputs[i] receives part rank() of the reduction of every inputs[i].
+//   alltoall:             rank r's bytes [sum(sendBytes[..d]), +sendBytes[d]) of `input` land in
+//                         rank d's `output` at sum(recvBytes[..r]); sizes are checked against
+//                         the peers' first. alltoallLists: rank r's inputs[d] -> d's outputs[r].
+#define DC_LOWERING_COLLECTIVES(X)                                                              \
+  X(void, allreduce, (const OpContext& call, at::Tensor& data, const Reduction& r))             \
+  X(void, allreduceCoalesced,                                                                   \
+    (const OpContext& call, std::vector<at::Tensor>& data, const c10d::ReduceOp& op,            \
+     const std::vector<ReduceSpec>& specs))                                                     \
+  X(at::Tensor, allreduceSparse, (const OpContext& call, const at::Tensor& input))             \
+  X(void, reduce, (const OpContext& call, at::Tensor& data, const Reduction& r, int root))     \
+  X(void, broadcast, (const OpContext& call, at::Tensor& data, int root))                      \
+  X(void, allgather,                                                                            \
+    (const OpContext& call, const at::Tensor& input, std::vector<at::Tensor>& perRank))         \
+  X(void, allgatherInto, (const OpContext& call, const at::Tensor& input, at::Tensor& output)) \
+  X(void, allgatherCoalesced,                                                                   \
+    (const OpContext& call, const std::vector<at::Tensor>& inputs,                              \
+     std::vector<at::Tensor>& outputs, bool byRank))                                            \
+  X(void, gather,                                                                               \
+    (const OpContext& call, const at::Tensor& input, std::vector<at::Tensor>& outputs,          \
+     int root))                                                                                 \
+  X(void, scatter,                                                                              \
+    (const OpContext& call, const std::vector<at::Tensor>& inputs, at::Tensor& output,          \
+     int root))                                                                                 \
+  X(void, reduceScatter,                                                                        \
+    (const OpContext& call, const std::vector<at::Tensor>& inputs, at::Tensor& output,          \
+     const Reduction& r))                                                                       \
+  X(void, reduceScatterTensors,                                                                 \
+    (const OpContext& call, const std::vector<at::Tensor>& inputs,                              \
+     std::vector<at::Tensor>& outputs, const c10d::ReduceOp& op,                                \
+     const std::vector<ReduceSpec>& specs))                                                     \
+  X(void, alltoall,                                                                             \
+    (const OpContext& call, const at::Tensor& input, at::Tensor& output,                        \
+     const std::vector<int64_t>& sendBytes, const std::vector<int64_t>& recvBytes))             \
+  X(void, alltoallLists,                                                                        \
+    (const OpContext& call, const std::vector<at::Tensor>& inputs,                              \
+     std::vector<at::Tensor>& outputs))                                                         \
+  X(void, barrier, (const OpContext& call))
+
+// In a lowering's class: declares its implementation of every collective.
+#define DC_LOWERING_OVERRIDE(result, name, params) result name params override;
+
 // How one group's collectives move data: the face (backend.hpp) checks a collective's
 // arguments, numbers and records it, stages its tensors into contiguous host memory and hands it
 // here. Three lowerings: shared memory on one host (shm_lowering.hpp, which also carries the CUDA
@@ -74,8 +128,12 @@ class Lowering {
   virtual void resetWaits() = 0;
   // At exit, after the face's queue drained: finishes what is posted outside it.
   virtual void finishForExit() {}
-  // DUMMY_COLLECTIVES_DEBUG=INFO: what the lowering found and chose, once.
+  // DUMMY_COLLECTIVES_DEBUG=INFO: what the lowering found and chose, once; rankPlacement()
+  // ends the group's first line ("; this rank is local rank 1 of 2 on host 0", or nothing).
   virtual void logCreation(int me) const = 0;
+  virtual std::string rankPlacement() const {
+    return {};
+  }
 
   // ---- One collective ----------------------------------------------------------------------
   // Runs `collective` (calls to the methods below) as `call`: begins it on every level (the
@@ -84,70 +142,11 @@ class Lowering {
   // and fills call.arrival, where set, with who the group waited for.
   virtual void run(OpContext& call, const std::function<void()>& collective) = 0;
 
-  // The collectives, on contiguous host tensors. In place where the tensor is named `data`.
-  virtual void allreduce(const OpContext& call, at::Tensor& data, const Reduction& r) = 0;
-  virtual void allreduceCoalesced(
-      const OpContext& call,
-      std::vector<at::Tensor>& data,
-      const c10d::ReduceOp& op,
-      const std::vector<ReduceSpec>& specs) = 0;
-  // The sum of every rank's sparse COO tensor, as gloo computes it.
-  virtual at::Tensor allreduceSparse(const OpContext& call, const at::Tensor& input) = 0;
-  // Only `root` receives the result.
-  virtual void reduce(const OpContext& call, at::Tensor& data, const Reduction& r, int root) = 0;
-  virtual void broadcast(const OpContext& call, at::Tensor& data, int root) = 0;
-  // perRank[r] receives rank r's input.
-  virtual void allgather(
-      const OpContext& call, const at::Tensor& input, std::vector<at::Tensor>& perRank) = 0;
-  // output receives every rank's input, in rank order.
-  virtual void allgatherInto(
-      const OpContext& call, const at::Tensor& input, at::Tensor& output) = 0;
-  // outputs[i] receives every rank's inputs[i] (allgather_into_tensor_coalesced); with
-  // `byRank`, outputs holds size() * inputs.size() tensors, rank-major (allgather_coalesced).
-  virtual void allgatherCoalesced(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      std::vector<at::Tensor>& outputs,
-      bool byRank) = 0;
-  // On root, outputs[r] receives rank r's input; elsewhere outputs is empty.
-  virtual void gather(
-      const OpContext& call,
-      const at::Tensor& input,
-      std::vector<at::Tensor>& outputs,
-      int root) = 0;
-  // Rank r receives root's inputs[r]; elsewhere inputs is empty.
-  virtual void scatter(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      at::Tensor& output,
-      int root) = 0;
-  // output = the reduction of every rank's inputs[rank()].
-  virtual void reduceScatter(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      at::Tensor& output,
-      const Reduction& r) = 0;
-  // outputs[i] receives part rank() of the reduction of every rank's inputs[i] (size() parts).
-  virtual void reduceScatterTensors(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      std::vector<at::Tensor>& outputs,
-      const c10d::ReduceOp& op,
-      const std::vector<ReduceSpec>& specs) = 0;
-  // Rank r's bytes [sum(sendBytes[..d]), +sendBytes[d]) of `input` land in rank d's `output`
-  // at sum(recvBytes[..r]); every rank's sizes are checked against its peers' first.
-  virtual void alltoall(
-      const OpContext& call,
-      const at::Tensor& input,
-      at::Tensor& output,
-      const std::vector<int64_t>& sendBytes,
-      const std::vector<int64_t>& recvBytes) = 0;
-  // Rank r's inputs[d] lands in rank d's outputs[r].
-  virtual void alltoallLists(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      std::vector<at::Tensor>& outputs) = 0;
-  virtual void barrier(const OpContext& call) = 0;
+  // The collectives, on contiguous host tensors: DC_LOWERING_COLLECTIVES above lists them, one
+  // line each, and every lowering declares its overrides from that list.
+#define DC_LOWERING_PURE(result, name, params) virtual result name params = 0;
+  DC_LOWERING_COLLECTIVES(DC_LOWERING_PURE)
+#undef DC_LOWERING_PURE
 
   // ---- Device tensors ----------------------------------------------------------------------
   // The device path (CUDA IPC) for a collective over `tensors`, where they take it; null where

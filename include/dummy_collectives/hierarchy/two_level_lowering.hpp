@@ -56,58 +56,11 @@ class TwoLevelLowering final : public Lowering {
   }
   void finishForExit() override;
   void logCreation(int me) const override;
+  std::string rankPlacement() const override;
 
   void run(OpContext& call, const std::function<void()>& collective) override;
 
-  void allreduce(const OpContext& call, at::Tensor& data, const Reduction& r) override;
-  void allreduceCoalesced(
-      const OpContext& call,
-      std::vector<at::Tensor>& data,
-      const c10d::ReduceOp& op,
-      const std::vector<ReduceSpec>& specs) override;
-  at::Tensor allreduceSparse(const OpContext& call, const at::Tensor& input) override;
-  void reduce(const OpContext& call, at::Tensor& data, const Reduction& r, int root) override;
-  void broadcast(const OpContext& call, at::Tensor& data, int root) override;
-  void allgather(
-      const OpContext& call, const at::Tensor& input, std::vector<at::Tensor>& perRank) override;
-  void allgatherInto(const OpContext& call, const at::Tensor& input, at::Tensor& output) override;
-  void allgatherCoalesced(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      std::vector<at::Tensor>& outputs,
-      bool byRank) override;
-  void gather(
-      const OpContext& call,
-      const at::Tensor& input,
-      std::vector<at::Tensor>& outputs,
-      int root) override;
-  void scatter(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      at::Tensor& output,
-      int root) override;
-  void reduceScatter(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      at::Tensor& output,
-      const Reduction& r) override;
-  void reduceScatterTensors(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      std::vector<at::Tensor>& outputs,
-      const c10d::ReduceOp& op,
-      const std::vector<ReduceSpec>& specs) override;
-  void alltoall(
-      const OpContext& call,
-      const at::Tensor& input,
-      at::Tensor& output,
-      const std::vector<int64_t>& sendBytes,
-      const std::vector<int64_t>& recvBytes) override;
-  void alltoallLists(
-      const OpContext& call,
-      const std::vector<at::Tensor>& inputs,
-      std::vector<at::Tensor>& outputs) override;
-  void barrier(const OpContext& call) override;
+  DC_LOWERING_COLLECTIVES(DC_LOWERING_OVERRIDE)
 
   c10::intrusive_ptr<c10d::Work> send(
       std::vector<at::Tensor>& tensors, const PointToPoint& p2p) override;
