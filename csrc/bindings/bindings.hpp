@@ -7,7 +7,7 @@
 
 namespace dummy_collectives::bindings {
 
-// options_bindings.cpp: Options.
+// options_bindings.cpp: Options, _options_table().
 void bindOptions(pybind11::module_& m);
 // backend_bindings.cpp: DummyBackend, HierarchicalBackend.
 void bindBackends(pybind11::module_& m);
