@@ -80,11 +80,17 @@ if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.i
     # Hopper, plus PTX for newer GPUs.
     os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0+PTX"
 sources = listed("sources.txt") + (listed("cuda_sources.txt") if with_cuda else [])
-sources += ["csrc/bindings.cpp"]
+sources += listed("binding_sources.txt")  # the Python module (csrc/bindings/)
 # setuptools skips an extension whose sources are older than the built library; headers count too.
 headers = sorted(
     str(path.relative_to(ROOT))
-    for pattern in ("include/**/*.hpp", "csrc/**/*.hpp", "csrc/**/*.inc", "csrc/**/*.cuh")
+    for pattern in (
+        "include/**/*.hpp",
+        "include/**/*.def",
+        "csrc/**/*.hpp",
+        "csrc/**/*.inc",
+        "csrc/**/*.cuh",
+    )
     for path in ROOT.glob(pattern)
 )
 

@@ -42,8 +42,9 @@ missing=()
 while read -r needed; do
   grep -qxF "$needed" <<<"$listing" || missing+=("$needed")
 done < <(
-  grep -hv '^#' csrc/sources.txt csrc/cuda_sources.txt | sed '/^[[:space:]]*$/d'
-  git ls-files csrc include CMakeLists.txt LICENSE csrc/sources.txt csrc/cuda_sources.txt
+  grep -hv '^#' csrc/sources.txt csrc/cuda_sources.txt csrc/binding_sources.txt |
+    sed '/^[[:space:]]*$/d'
+  git ls-files csrc include CMakeLists.txt LICENSE
 )
 if ((${#missing[@]})); then
   echo "the sdist lacks: ${missing[*]}" >&2

@@ -61,27 +61,13 @@ def engine_name(options: Options) -> str:
     return "gloo"
 
 
-# The agreement's record carries inline messages and the reason of a mismatch: below 1 KiB a
-# rank's explanation would be cut off; above 1 MiB every small collective's record is too big.
-INLINE_BYTES_RANGE = (1 << 10, 1 << 20)
-MIN_CHUNK_BYTES = 4096
-
-
 def check_cross_host_options(options: Options) -> None:
     """Raises ValueError for cross-host settings no group can use (every rank has the same ones:
-    topology.discover checked that first, so every rank raises alike)."""
+    topology.discover checked that first, so every rank raises alike). The ranges of
+    inter_host_inline_bytes and inter_host_chunk_bytes are options_table.def's, checked by
+    ``Options.validate`` (as they were when the options were read or set)."""
     engine_name(options)
-    low, high = INLINE_BYTES_RANGE
-    if not low <= options.inter_host_inline_bytes <= high:
-        raise ValueError(
-            f"dummy_collectives: inter_host_inline_bytes must be between {low} and {high} "
-            f"(DUMMY_COLLECTIVES_INTER_HOST_INLINE_BYTES), not {options.inter_host_inline_bytes}"
-        )
-    if options.inter_host_chunk_bytes < MIN_CHUNK_BYTES:
-        raise ValueError(
-            f"dummy_collectives: inter_host_chunk_bytes must be at least {MIN_CHUNK_BYTES} "
-            f"(DUMMY_COLLECTIVES_INTER_HOST_CHUNK_BYTES), not {options.inter_host_chunk_bytes}"
-        )
+    options.validate()
 
 
 def create(

@@ -7,23 +7,22 @@ from typing import Any
 import torch.distributed as dist
 
 from dummy_collectives import _hierarchy, topology
-from dummy_collectives._C import DummyBackend, Options
+from dummy_collectives._C import DummyBackend, Options, _options_table
 
 BACKEND_NAME = "dummy"
+
+# The options every rank of a group must agree on beyond one host: those options_table.def marks
+# kPerGroup (mode and the inter_host* settings), as "name (VARIABLE)", the way errors name them.
+_GROUP_WIDE = tuple(
+    (row["name"], f"{row['name']} ({row['env']})")
+    for row in _options_table()
+    if row["agreement"] == "group"
+)
 
 
 def _group_settings(options: Options) -> dict[str, object]:
     """What every rank of a group must agree on beyond one host (checked at creation)."""
-    return {
-        "mode (DUMMY_COLLECTIVES_MODE)": options.mode,
-        "inter_host (DUMMY_COLLECTIVES_INTER_HOST)": options.inter_host,
-        "inter_host_inline_bytes (DUMMY_COLLECTIVES_INTER_HOST_INLINE_BYTES)": (
-            options.inter_host_inline_bytes
-        ),
-        "inter_host_chunk_bytes (DUMMY_COLLECTIVES_INTER_HOST_CHUNK_BYTES)": (
-            options.inter_host_chunk_bytes
-        ),
-    }
+    return {label: getattr(options, name) for name, label in _GROUP_WIDE}
 
 
 def _create_backend(

@@ -12,10 +12,10 @@ namespace dummy_collectives::hierarchy {
 // Settings every rank of a group that spans hosts shares (checked at group creation).
 struct HierarchySettings {
   // Collectives whose data fits travel with the cross-host agreement: one exchange in all.
-  size_t inlineBytes = size_t{16} << 10;
+  size_t inlineBytes; // BackendOptions::interHostInlineBytes (its default: options_table.def)
   // Large messages cross hosts in pieces of this size, each piece's in-host stage overlapping
   // the previous piece's cross-host stage.
-  size_t chunkBytes = size_t{4} << 20;
+  size_t chunkBytes; // BackendOptions::interHostChunkBytes
 };
 
 // Everything a two-level algorithm runs on.
