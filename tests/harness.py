@@ -48,8 +48,10 @@ names of the ranks that did not answer, their exit codes, the Python stacks of
 hung ranks (via :mod:`faulthandler`) and the tail of their output.
 
 Functions run inside ranks can use :func:`rank`, :func:`world_size`,
-:func:`backend`, :func:`is_dummy`, :func:`reference_group` and
-:func:`scratch_dir`.
+:func:`backend`, :func:`is_dummy`, :func:`errors_are_failures`,
+:func:`reference_group` and :func:`scratch_dir`; anywhere,
+:func:`backend_capabilities` and :func:`supports` say what the backend under
+test implements.
 """
 
 from __future__ import annotations
