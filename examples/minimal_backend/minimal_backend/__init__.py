@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 import torch.distributed as dist
+from torch._C._distributed_c10d import Store
 
 from minimal_backend._C import MinimalBackend
 
@@ -26,7 +27,7 @@ CAPABILITIES: tuple[str, ...] = ("all_reduce:SUM", "all_gather", "broadcast", "b
 class _CreatorOptions(Protocol):
     """What c10d passes a backend's creator (extended API): torch's DistributedBackendOptions."""
 
-    store: dist.Store
+    store: Store
     group_rank: int
     group_size: int
     timeout: timedelta
