@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
+import harness
 import pytest
 from harness import PoolCache, RankPool, backend_module_importable, backend_under_test
 from support import PoolFactory
@@ -18,6 +19,12 @@ _fr_dump_dir: str | None = None
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes several seconds (still run by default)")
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU")
+    config.addinivalue_line(
+        "markers",
+        "needs(*names): what of torch.distributed the test uses, named as in "
+        "harness.backend_capabilities ('all_reduce', 'all_reduce:MAX', 'broadcast', ...); the "
+        "test skips, saying why, where the backend under test declares it lacks one",
+    )
     # Tests that fail groups on purpose make every rank write its flight recorder dump: into a
     # directory of the session's (inherited by every rank), not torch's default in ~/.cache.
     global _fr_dump_dir
@@ -33,10 +40,41 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     importable = backend_module_importable()
+    caps = harness.backend_capabilities()
+    implements = "" if caps is None else f"; it implements only {', '.join(sorted(caps))}"
     return (
         f"collective backend under test: {backend_under_test()!r}"
-        f" (registration module importable: {importable}; set DC_TEST_BACKEND to change)"
+        f" (registration module importable: {importable}; set DC_TEST_BACKEND to change"
+        f"{implements})"
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under a backend that declares what it implements (harness.backend_capabilities, e.g.
+    examples/minimal_backend), a test runs only if it says what it needs (@pytest.mark.needs)
+    and the backend has all of it; every other test skips, saying why. Backends that declare
+    nothing (dummy, gloo) run every test, as before."""
+    caps = harness.backend_capabilities()
+    if caps is None:
+        return
+    backend = backend_under_test()
+    implements = ", ".join(sorted(caps))
+    for item in items:
+        marks = list(item.iter_markers("needs"))  # @pytest.mark.needs() itself: needs nothing
+        missing = [name for mark in marks for name in mark.args if not harness.supports(name)]
+        if not marks:
+            reason = (
+                f"does not say what it needs (@pytest.mark.needs), and backend {backend!r} "
+                f"implements only {implements}"
+            )
+        elif missing:
+            reason = (
+                f"needs {', '.join(missing)}, which backend {backend!r} does not implement "
+                f"(it implements {implements})"
+            )
+        else:
+            continue
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")

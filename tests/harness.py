@@ -9,7 +9,15 @@ from the environment, so a new c10d backend can reuse it unchanged:
 ``DC_TEST_BACKEND_MODULE``
     module imported in every rank before ``init_process_group`` so that it
     can register its backend (default: ``dummy_collectives`` when the backend
-    string mentions ``dummy``, nothing otherwise).
+    string mentions ``dummy``, ``minimal_backend`` for ``minimal``, nothing
+    otherwise).
+``DC_TEST_BACKEND_CAPABILITIES``
+    what the backend implements, comma-separated, as torch.distributed names
+    the calls (``all_reduce:SUM,all_gather,broadcast,barrier``; ``all_reduce``
+    alone: every ReduceOp), or ``all``. Default: the ``CAPABILITIES`` of the
+    backend's module where it has one (examples/minimal_backend does), else
+    ``all``. Tests say what they need (``@pytest.mark.needs``, conftest.py);
+    the others skip, saying why. See :func:`backend_capabilities`.
 ``DC_TEST_CALL_TIMEOUT_S`` / ``DC_TEST_STARTUP_TIMEOUT_S``
     default time limits for one :meth:`RankPool.run` and for starting a pool.
 ``DC_TEST_MAX_PROCS``
@@ -40,8 +48,10 @@ names of the ranks that did not answer, their exit codes, the Python stacks of
 hung ranks (via :mod:`faulthandler`) and the tail of their output.
 
 Functions run inside ranks can use :func:`rank`, :func:`world_size`,
-:func:`backend`, :func:`is_dummy`, :func:`reference_group` and
-:func:`scratch_dir`.
+:func:`backend`, :func:`is_dummy`, :func:`errors_are_failures`,
+:func:`reference_group` and :func:`scratch_dir`; anywhere,
+:func:`backend_capabilities` and :func:`supports` say what the backend under
+test implements.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ import contextlib
 import dataclasses
 import datetime
 import faulthandler
+import functools
 import gc
 import importlib
 import os
@@ -79,9 +90,13 @@ if TYPE_CHECKING:
 
 BACKEND_ENV = "DC_TEST_BACKEND"
 BACKEND_MODULE_ENV = "DC_TEST_BACKEND_MODULE"
+CAPABILITIES_ENV = "DC_TEST_BACKEND_CAPABILITIES"
 DEFAULT_BACKEND = "dummy"
 # Backends whose name appears in the backend string -> module registering them.
-KNOWN_BACKEND_MODULES: dict[str, str] = {"dummy": "dummy_collectives"}
+KNOWN_BACKEND_MODULES: dict[str, str] = {
+    "dummy": "dummy_collectives",
+    "minimal": "minimal_backend",  # examples/minimal_backend
+}
 
 InitMethod = Literal["file", "tcp", "env"]
 
@@ -148,6 +163,44 @@ def backend_module_importable(module: str | None = None) -> bool:
     except Exception:
         return False
     return True
+
+
+@functools.cache
+def backend_capabilities() -> frozenset[str] | None:
+    """What the backend under test implements, where it says; None: everything (dummy, gloo).
+
+    Names are torch.distributed's (``all_reduce``, ``all_gather``, ``broadcast``, ``barrier``,
+    ``reduce``, ``all_gather_into_tensor``, ...); ``all_reduce:SUM`` is one ReduceOp of
+    all_reduce. From ``$DC_TEST_BACKEND_CAPABILITIES`` (comma-separated, or ``all``), else the
+    ``CAPABILITIES`` attribute of the backend's registration module, else None. Works in the
+    pytest process (which then imports that module) and inside ranks alike.
+    """
+    value = os.environ.get(CAPABILITIES_ENV)
+    if value is not None:
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        return None if names == ["all"] else frozenset(names)
+    module_name = backend_module_for(backend_under_test())
+    if module_name is None:
+        return None
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:
+        return None  # not importable: the pool's start says why
+    declared = getattr(module, "CAPABILITIES", None)
+    return None if declared is None else frozenset(str(name) for name in declared)
+
+
+def supports(need: str) -> bool:
+    """Whether the backend under test implements ``need`` (a name of
+    :func:`backend_capabilities`): ``all_reduce`` is implemented when any ReduceOp of it is,
+    ``all_reduce:MAX`` when that op or the whole of all_reduce is."""
+    caps = backend_capabilities()
+    if caps is None or need in caps:
+        return True
+    call, _, op = need.partition(":")
+    if op:
+        return call in caps
+    return any(name.partition(":")[0] == call for name in caps)
 
 
 def free_port() -> int:
@@ -285,6 +338,16 @@ def backend() -> str:
 
 def is_dummy() -> bool:
     return backend() == "dummy"
+
+
+def errors_are_failures() -> bool:
+    """Inside a rank: whether a collective that raises for arguments it should take fails the
+    test, rather than being noted as unsupported (gloo lacks some dtypes). True for dummy, and
+    for a backend under test that declares its capabilities: it promises every dtype of what it
+    declares (:func:`backend_capabilities`)."""
+    if is_dummy():
+        return True
+    return backend() == backend_under_test() and backend_capabilities() is not None
 
 
 def scratch_dir() -> Path:

@@ -196,10 +196,11 @@ def assert_no_failures(per_rank: Sequence[Iterable[str]], limit: int = 40) -> No
 def record_error(
     failures: list[str], unsupported: list[str], what: str, exc: BaseException
 ) -> None:
-    """A collective raised: a failure for the dummy backend; for any other
-    backend under test (e.g. gloo without int16) just "unsupported"."""
+    """A collective raised: a failure for the dummy backend and for a backend that declares
+    what it implements (harness.errors_are_failures); for any other backend under test (e.g.
+    gloo without int16) just "unsupported"."""
     text = f"{what}: {type(exc).__name__}: {exc}"
-    if harness.is_dummy():
+    if harness.errors_are_failures():
         failures.append(text)
     else:
         unsupported.append(text.splitlines()[0])
@@ -282,6 +283,12 @@ def run_subprocess(
 OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM")
 PREMUL_FACTOR = 2.5
 BITWISE = ("BAND", "BOR", "BXOR")
+
+
+def implemented_ops(ops: Sequence[str] = OPS) -> list[str]:
+    """The ReduceOps of ``ops`` the backend under test implements for all_reduce: all of them,
+    unless it declares otherwise (harness.backend_capabilities, e.g. minimal: SUM only)."""
+    return [op for op in ops if harness.supports(f"all_reduce:{op}")]
 
 
 def make_op(name: str) -> ReduceOp:

@@ -68,6 +68,7 @@ def check_all_gather(
     }
 
 
+@pytest.mark.needs("all_gather")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_all_gather_all_dtypes(pool: support.PoolFactory, world_size: int) -> None:
     summaries = pool(world_size).run_ok(check_all_gather, ALL_DTYPES, SMALL_SHAPES)
@@ -75,6 +76,7 @@ def test_all_gather_all_dtypes(pool: support.PoolFactory, world_size: int) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.needs("all_gather")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_all_gather_multi_mib(pool: support.PoolFactory, world_size: int) -> None:
     p = pool(world_size)
@@ -112,6 +114,7 @@ def check_all_gather_into_tensor(
     return {"not_supported": None, "failures": failures}
 
 
+@pytest.mark.needs("all_gather_into_tensor")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_all_gather_into_tensor(pool: support.PoolFactory, world_size: int) -> None:
     summaries = pool(world_size).run_ok(check_all_gather_into_tensor, ALL_DTYPES, SMALL_SHAPES)

@@ -44,7 +44,7 @@ def check_allreduce_cases(
     "unsupported": [...], "compared_with_gloo": n}``.
     """
     rank, ws = dist.get_rank(), dist.get_world_size()
-    strict = harness.is_dummy()
+    strict = harness.errors_are_failures()
     use_ref = compare_with_reference_group and harness.backend() != "gloo"
     failures: list[str] = []
     unsupported: list[str] = []
@@ -104,21 +104,25 @@ def _run_matrix(pool: harness.RankPool, *args: Any, **kwargs: Any) -> dict[str, 
     return first
 
 
+@pytest.mark.needs("all_reduce")
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_allreduce_all_ops(pool: support.PoolFactory, world_size: int, dtype: torch.dtype) -> None:
-    summary = _run_matrix(pool(world_size), [dtype], SMALL_SHAPES)
+    """Every ReduceOp the backend implements (all of them unless it declares otherwise:
+    test_allreduce_ops_not_implemented_raise_clearly checks the others)."""
+    summary = _run_matrix(pool(world_size), [dtype], SMALL_SHAPES, ops=support.implemented_ops())
     if summary["checked"] == 0:
         pytest.skip(f"backend supports no op on {dtype}: {summary['unsupported'][:3]}")
 
 
 @pytest.mark.slow
+@pytest.mark.needs("all_reduce")
 @pytest.mark.parametrize("dtype", BIG_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_allreduce_multi_mib(
     pool: support.PoolFactory, world_size: int, dtype: torch.dtype
 ) -> None:
-    ops = [op for op in OPS if invalid_reason(dtype, op) is None]
+    ops = [op for op in support.implemented_ops() if invalid_reason(dtype, op) is None]
     _run_matrix(
         pool(world_size),
         [dtype],
@@ -152,9 +156,42 @@ def check_invalid_then_usable() -> list[str]:
 
 
 @support.requires_dummy
+@pytest.mark.needs(*(f"all_reduce:{op}" for op in OPS))
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_allreduce_invalid_pairs_raise(pool: support.PoolFactory, world_size: int) -> None:
     support.assert_no_failures(pool(world_size).run_ok(check_invalid_then_usable))
+
+
+def check_ops_not_implemented(ops: list[str]) -> list[str]:
+    """Each of ``ops`` raises RuntimeError/ValueError naming the op, and the group stays usable."""
+    failures: list[str] = []
+    for op in ops:
+        what = f"allreduce {op} (not implemented by the backend)"
+        tensor = rank_input(dist.get_rank(), (9,), torch.float32)
+        try:
+            dist.all_reduce(tensor, op=make_op(op))
+        except (RuntimeError, ValueError) as exc:
+            if op.lower() not in str(exc).lower():
+                failures.append(f"{what}: message does not name {op}: {exc}")
+        except Exception as exc:
+            failures.append(f"{what}: raised {type(exc).__name__}: {exc}")
+        else:
+            failures.append(f"{what}: no error")
+        support.check_group_usable(failures, what)
+    return failures
+
+
+@pytest.mark.needs("all_reduce:SUM")
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_allreduce_ops_not_implemented_raise_clearly(
+    pool: support.PoolFactory, world_size: int
+) -> None:
+    """A backend that declares only some ReduceOps (harness.backend_capabilities) refuses the
+    others with an error that names the op, and stays usable."""
+    missing = [op for op in OPS if op not in support.implemented_ops()]
+    if not missing:
+        pytest.skip("the backend under test implements every ReduceOp (test_allreduce_all_ops)")
+    support.assert_no_failures(pool(world_size).run_ok(check_ops_not_implemented, missing))
 
 
 def check_subgroup_allreduce(members: list[int]) -> list[str]:
@@ -175,6 +212,7 @@ def check_subgroup_allreduce(members: list[int]) -> list[str]:
     return failures
 
 
+@pytest.mark.needs("all_reduce:SUM")
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_allreduce_subgroup(pool: support.PoolFactory, world_size: int) -> None:
     members = list(range(1, world_size))
@@ -216,6 +254,7 @@ def check_non_contiguous_views() -> list[str]:
 
 
 @support.requires_dummy
+@pytest.mark.needs("all_reduce:SUM", "broadcast", "all_gather")
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_collectives_on_non_contiguous_views(pool: support.PoolFactory, world_size: int) -> None:
     support.assert_no_failures(pool(world_size).run_ok(check_non_contiguous_views))
@@ -241,6 +280,7 @@ def check_reduce_to_each_root(dtype: torch.dtype, shape: tuple[int, ...]) -> lis
 
 
 @pytest.mark.slow
+@pytest.mark.needs("all_reduce", "reduce")
 @pytest.mark.parametrize("world_size", (2, 3))
 def test_large_reductions_split_over_worker_threads(
     pool_cache: harness.PoolCache, world_size: int
@@ -312,6 +352,7 @@ def check_nan_propagates(world_size: int) -> list[str]:
     return failures
 
 
+@pytest.mark.needs("all_reduce:MAX", "all_reduce:MIN", "reduce", "reduce_scatter_tensor")
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_max_min_propagate_nan_from_any_rank(pool: support.PoolFactory, world_size: int) -> None:
     support.assert_no_failures(pool(world_size).run_ok(check_nan_propagates, world_size))

@@ -44,6 +44,7 @@ def check_async_returns_immediately(late_s: float) -> dict[str, Any]:
     return {"failures": failures, "issue_s": issue_s}
 
 
+@pytest.mark.needs("all_reduce:SUM", "barrier")
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_async_returns_work_immediately(pool: support.PoolFactory, world_size: int) -> None:
     late = 1.5
@@ -96,6 +97,7 @@ def check_many_outstanding(repeat: int) -> list[str]:
     return failures
 
 
+@pytest.mark.needs(*sorted({f"all_reduce:{op}" for _, op, _ in ASYNC_CASES}))
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_async_many_outstanding_allreduces(pool: support.PoolFactory, world_size: int) -> None:
     support.assert_no_failures(pool(world_size).run_ok(check_many_outstanding, 3))
@@ -129,6 +131,7 @@ def check_mixed_outstanding() -> list[str]:
     return failures
 
 
+@pytest.mark.needs("all_reduce:SUM", "all_gather", "broadcast", "barrier")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_async_mixed_collectives(pool: support.PoolFactory, world_size: int) -> None:
     support.assert_no_failures(pool(world_size).run_ok(check_mixed_outstanding))
@@ -157,6 +160,7 @@ def check_blocking_behind_async(rounds: int) -> list[str]:
     return failures
 
 
+@pytest.mark.needs("all_reduce:SUM")
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_blocking_collective_waits_behind_queued_async(
     pool: support.PoolFactory, world_size: int
@@ -206,6 +210,7 @@ def check_futures() -> list[str]:
     return failures
 
 
+@pytest.mark.needs("all_reduce:SUM", "all_gather")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_async_get_future_and_then(pool: support.PoolFactory, world_size: int) -> None:
     support.assert_no_failures(pool(world_size).run_ok(check_futures))
@@ -236,6 +241,7 @@ def check_async_error() -> list[str]:
     return failures
 
 
+@pytest.mark.needs("all_reduce:SUM")
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_async_error_reporting(pool: support.PoolFactory, world_size: int) -> None:
     support.assert_no_failures(pool(world_size).run_ok(check_async_error))
@@ -270,6 +276,7 @@ def synchronous_loop_wakeups(count: int) -> dict[str, float]:
 @pytest.mark.skipif(
     not Path("/proc/self/task").is_dir(), reason="reads thread statistics from Linux's /proc"
 )
+@pytest.mark.needs("all_reduce:SUM")
 def test_blocking_collectives_leave_the_engine_thread_asleep(pool: support.PoolFactory) -> None:
     """A caller that waits runs its collective itself; the engine's worker must not wake for
     each one (on a machine with a core per rank every wake-up preempts a rank and doubled the

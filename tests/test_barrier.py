@@ -12,6 +12,8 @@ import support
 import torch.distributed as dist
 from support import WORLD_SIZES
 
+pytestmark = pytest.mark.needs("barrier")
+
 
 def check_barrier_orders_files(token: str, rounds: int) -> list[str]:
     """Each rank writes a file (late ranks later) before the barrier; after

@@ -20,6 +20,8 @@ from support import (
     rank_input,
 )
 
+pytestmark = pytest.mark.needs("broadcast")
+
 
 def check_broadcast(
     dtypes: Sequence[torch.dtype],

@@ -32,6 +32,7 @@ def describe_rank() -> dict[str, Any]:
 
 
 @needs_module
+@pytest.mark.needs("all_reduce:SUM")
 @pytest.mark.parametrize("init_method", ["env", "tcp", "file"])
 def test_init_methods(pool_cache: PoolCache, init_method: harness.InitMethod) -> None:
     with pool_cache.fresh(2, backend=BACKEND, init_method=init_method) as pool:
@@ -152,6 +153,7 @@ TORCHRUN_SCRIPT = textwrap.dedent(
 
 @needs_module
 @pytest.mark.slow
+@pytest.mark.needs("all_reduce:SUM", "all_gather", "broadcast", "barrier")
 def test_torchrun_two_ranks(tmp_path: Path) -> None:
     script = tmp_path / "tiny_job.py"
     script.write_text(TORCHRUN_SCRIPT)

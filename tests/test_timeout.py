@@ -46,6 +46,7 @@ def check_missing_peer(callers: list[int], use_async: bool) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.needs("all_reduce:SUM")
 @pytest.mark.parametrize(
     ("world_size", "callers", "use_async"),
     [
@@ -118,6 +119,7 @@ def check_wait_timeout() -> dict[str, Any]:
     return result
 
 
+@pytest.mark.needs("all_reduce:SUM", "barrier")
 def test_work_wait_honours_its_own_timeout(pool: support.PoolFactory) -> None:
     results = pool(2).run_ok(check_wait_timeout, timeout_s=60)
     waiter = results[0]
