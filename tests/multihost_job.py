@@ -47,9 +47,13 @@ Result = dict[str, Any]
 
 
 def topology() -> Result:
-    """What this rank's group looks like: the backend's class and its hosts."""
+    """What this rank's group looks like: the backend's lowering (its class for another backend)
+    and its hosts."""
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
-    return {"backend": getattr(backend, "lowering", type(backend).__name__), "hosts": getattr(backend, "hosts", None)}
+    return {
+        "backend": getattr(backend, "lowering", type(backend).__name__),
+        "hosts": getattr(backend, "hosts", None),
+    }
 
 
 def random_program(out_dir: str, seed: str, n_ops: str) -> Result:
