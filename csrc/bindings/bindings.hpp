@@ -9,7 +9,7 @@ namespace dummy_collectives::bindings {
 
 // options_bindings.cpp: Options, _options_table().
 void bindOptions(pybind11::module_& m);
-// backend_bindings.cpp: DummyBackend, HierarchicalBackend.
+// backend_bindings.cpp: DummyBackend (its one-host and across-hosts makers).
 void bindBackends(pybind11::module_& m);
 // work_bindings.cpp: DummyWork.
 void bindWork(pybind11::module_& m);

@@ -35,7 +35,7 @@ static_assert(sizeof(Record) == 32, "a record is 32 bytes on every rank");
 constexpr uint32_t kMagic = 0x64633270; // "dc2p"
 
 // gloo's send/recv tags are the non-negative ints, and the engine's own tags
-// (HierarchicalBackend's engineTag) may be any of them. The records take the upper half, the
+// (TwoLevelLowering's engineTag) may be any of them. The records take the upper half, the
 // senders' and the receivers' a quarter each: a tag at or above 2^29 shares its records' slot
 // with the tag a multiple of 2^29 below (their records are then told apart by the tag they
 // carry). Payload tags are hashed into the lower half: the payloads of different (tag, size,

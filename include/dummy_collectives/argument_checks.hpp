@@ -12,9 +12,9 @@
 
 // The argument checks of every collective. They run on the caller's thread before anything is
 // enqueued, so a bad call raises at once (a ValueError naming the collective, the rank and what
-// was wrong) and leaves the group usable. Both c10d faces, one host (DummyBackend) and several
-// (HierarchicalBackend), call them, so a bad call reads the same whichever runs the group; each
-// returns the collective's descriptor (what every rank compares before data moves).
+// was wrong) and leaves the group usable. The face (DummyBackend) calls them for every lowering,
+// so a bad call reads the same on one host and across hosts; each returns the collective's
+// descriptor (what every rank compares before data moves).
 namespace dummy_collectives {
 
 class Checker {

@@ -16,9 +16,9 @@ namespace dummy_collectives {
 // One collective as this rank saw it, known once the collective's first exchange is done (its
 // first step on one host, the agreement across hosts) and kept until the next collective of the
 // group begins. This is the per-op record the flight recorder stores next to each entry:
-//   - DummyBackend: ShmTransport::arrival(), read on the thread that ran the collective, after
+//   - ShmLowering: ShmTransport::arrival(), read on the thread that ran the collective, after
 //     its body returned (the engine runs a group's collectives one at a time);
-//   - HierarchicalBackend: OpContext::arrival, filled by the agreement (see agreement.hpp).
+//   - TwoLevelLowering: OpContext::arrival, filled by the agreement (see agreement.hpp).
 struct Arrival {
   // Group rank of the rank that arrived last (this rank where it was last); -1 where nothing
   // was exchanged (a group of one rank, an op that never synchronised its ranks), in which case
