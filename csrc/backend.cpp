@@ -96,7 +96,7 @@ DummyBackend::DummyBackend(
     int rank,
     int size,
     c10::intrusive_ptr<BackendOptions> options,
-    HostLevelOf hostLevel,
+    Placement hostLevel,
     std::vector<int64_t> globalRanks,
     std::vector<int32_t> pids)
     : c10d::Backend(rank, size),

@@ -183,7 +183,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 rank,
                 size,
                 own,
-                dummy_collectives::HostLevelOf{std::move(groupRanks), ranksOnMachine},
+                dummy_collectives::Placement{std::move(groupRanks), ranksOnMachine},
                 std::move(globalRanks),
                 std::move(pids));
           }),
@@ -192,7 +192,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("size"),
           py::arg("timeout"),
           py::arg("options"),
-          // The host level of a group that spans hosts (HostLevelOf): its ranks' group ranks and
+          // The host level of a group that spans hosts (Placement): its ranks' group ranks and
           // how many of the group's ranks run on this machine.
           py::arg("group_ranks") = std::vector<int>(),
           py::arg("ranks_on_machine") = 0,

@@ -224,21 +224,21 @@ ShmTransport::ShmTransport(
     double peerAccessMinSpeed,
     std::vector<GroupSetting> settings,
     GroupJoin join,
-    HostLevelOf hostLevel)
+    Placement placement)
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
       policies_{WaitPolicy::make(false, spinMicros), WaitPolicy::make(true, spinMicros)},
       // Until the group's first exchange, this rank's own CPUs are all it knows.
-      shareCores_(std::max(size, hostLevel.ranksOnMachine) > countCpus(affinityMask())),
+      shareCores_(std::max(size, placement.ranksOnMachine) > countCpus(affinityMask())),
       peerAccessWanted_(peerAccess),
       peerAccessMinSpeed_(peerAccessMinSpeed),
-      hostLevel_(std::move(hostLevel)),
+      placement_(std::move(placement)),
       join_(std::move(join)),
       waits_(size) {
   TORCH_CHECK(
-      hostLevel_.groupRanks.empty() || static_cast<int>(hostLevel_.groupRanks.size()) == size,
-      "dummy_collectives: ", hostLevel_.groupRanks.size(), " group ranks for a host level of ",
+      placement_.groupRanks.empty() || static_cast<int>(placement_.groupRanks.size()) == size,
+      "dummy_collectives: ", placement_.groupRanks.size(), " group ranks for a host level of ",
       size, " ranks");
   join_.pids.resize(static_cast<size_t>(size), 0);
   if (auto fault = fault_injection::fromEnv()) {
@@ -247,7 +247,7 @@ ShmTransport::ShmTransport(
           *fault, c10::str("while rank ", label(rank), " joins the group, before it maps the "
                            "group's shared memory"));
     }
-    if (hostLevel_.groupRanks.empty()) {
+    if (placement_.groupRanks.empty()) {
       fault_ = fault;
     }
   }
@@ -567,7 +567,7 @@ bool ShmTransport::sharePointers(const void* mine, const void** all) {
       } else if (!everyone) {
         why = "another rank voted against it";
       }
-      DC_LOG(kInfo, label(rank_), hostLevel_.groupRanks.empty() ? "" : "host level: ",
+      DC_LOG(kInfo, label(rank_), placement_.groupRanks.empty() ? "" : "host level: ",
              "peer access ", everyone ? "on" : "off", " (", why, ")");
     }
   }
@@ -796,10 +796,10 @@ void ShmTransport::decideCoreSharing() {
       all[w] |= cpus[w];
     }
   }
-  const int ranks = std::max(size_, hostLevel_.ranksOnMachine);
+  const int ranks = std::max(size_, placement_.ranksOnMachine);
   shareCores_.store(ranks > countCpus(all), std::memory_order_relaxed);
   coresDecided_.store(true, std::memory_order_release);
-  DC_LOG(kInfo, label(rank_), hostLevel_.groupRanks.empty() ? "" : "host level: ",
+  DC_LOG(kInfo, label(rank_), placement_.groupRanks.empty() ? "" : "host level: ",
          "ranks share cores: ", ranks > countCpus(all) ? "yes" : "no", " (ranks on this "
          "machine ", ranks, ", CPUs in their affinities ", countCpus(all), "); a wait spins ",
          std::chrono::duration_cast<std::chrono::microseconds>(policy().spin).count(),

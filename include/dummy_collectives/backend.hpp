@@ -46,7 +46,7 @@ class DummyBackend final : public c10d::Backend {
       int rank,
       int size,
       c10::intrusive_ptr<BackendOptions> options,
-      HostLevelOf hostLevel = {},
+      Placement hostLevel = {},
       std::vector<int64_t> globalRanks = {},
       std::vector<int32_t> pids = {});
   ~DummyBackend() override;
@@ -272,7 +272,7 @@ class DummyBackend final : public c10d::Backend {
   std::shared_ptr<P2pEngine> p2p_;          // null in zero mode
   std::shared_ptr<DeviceCollectives> device_; // null in zero mode and CPU-only builds
   std::shared_ptr<ExitHandle> exitHandle_;    // the exit flush's weak reference points here
-  bool hostLevel_;   // the host level of a group spanning hosts (HostLevelOf)
+  bool hostLevel_;   // the host level of a group spanning hosts (Placement)
   // How the debug log names this group's operations: by the group rank (of the whole group,
   // for a host level, whose collectives are the group's steps and go unlogged).
   debug_log::Site traceSite_;

@@ -70,14 +70,17 @@ struct GroupSetting {
   uint64_t value;
 };
 
-// Where a group is the host level of a group that spans hosts (HierarchicalBackend); empty for
-// a group of its own.
-struct HostLevelOf {
-  // The whole group's rank of each rank of this one: what messages call it.
+// Where this transport's ranks stand: how its messages name them, and how many ranks share this
+// machine's CPUs. Empty (the default) for a group of its own, whose ranks are named by their
+// rank in it; set where the transport carries one host of a group that spans hosts
+// (HierarchicalBackend).
+struct Placement {
+  // The whole group's rank of each rank of this transport: what messages call it (empty: its own
+  // ranks).
   std::vector<int> groupRanks;
   // Ranks of the whole group on this machine (hosts made of namespaces share one): when they
   // outnumber the CPUs, waits hand their core over rather than poll, as when this group's own
-  // ranks outnumber them (see WaitPolicy).
+  // ranks outnumber them (see WaitPolicy). 0: only this transport's ranks.
   int ranksOnMachine = 0;
 };
 
@@ -105,7 +108,7 @@ class ShmTransport final : public Transport {
       double peerAccessMinSpeed, // BackendOptions::peerAccessMinSpeed
       std::vector<GroupSetting> settings,
       GroupJoin join = {},
-      HostLevelOf hostLevel = {});
+      Placement placement = {});
   ~ShmTransport() override;
 
   int rank() const override {
@@ -144,9 +147,9 @@ class ShmTransport final : public Transport {
   // Why the group can no longer be used (it was aborted); empty while it can. Any thread.
   std::string brokenReason() const;
   // The rank messages name for rank r: its rank in the whole group where this transport serves
-  // one host of a group that spans several (HostLevelOf), else r.
+  // one host of a group that spans several (Placement), else r.
   int label(int r) const {
-    return hostLevel_.groupRanks.empty() ? r : hostLevel_.groupRanks[r];
+    return placement_.groupRanks.empty() ? r : placement_.groupRanks[r];
   }
 
   // Who made whom wait in the collective this thread ran last (see arrival.hpp): complete once its
@@ -238,7 +241,7 @@ class ShmTransport final : public Transport {
   double peerAccessMinSpeed_;
   std::atomic<PeerAccess> peerAccess_{PeerAccess::kUndecided};
 
-  HostLevelOf hostLevel_;
+  Placement placement_;
   GroupJoin join_;
   // DUMMY_COLLECTIVES_FAULT_INJECT (tests): the fault this rank injects, and the step of the
   // current collective at which it fires (0: none). Never set for a host level, whose
