@@ -1,17 +1,13 @@
 #include <dummy_collectives/shm_transport.hpp>
 
-#include <linux/futex.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
@@ -32,8 +28,6 @@ namespace dummy_collectives {
 constexpr uint64_t kMagic = 0x6475'6d6d'795f'6363ULL; // "dummy_cc"
 constexpr size_t kLine = 128;
 constexpr size_t kReasonBytes = 1024;
-// CPUs 0-1023, one bit each (what a plain cpu_set_t holds).
-using CpuMask = std::array<uint64_t, 16>;
 
 struct alignas(kLine) RankControl {
   // Steps this rank has published. Futex waits use its low 32 bits (little-endian first word).
@@ -91,32 +85,6 @@ constexpr const char* kFailureSeenKey = "dummy_collectives/shm_failure_seen";
 // The longest pause of a joining rank between two looks at the store (and at rank 0's pid).
 constexpr std::chrono::microseconds kStorePollPause{10000};
 
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
-uint32_t* futexWord(std::atomic<uint64_t>& counter) {
-  static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
-  // The low half of a little-endian 64-bit counter; the futex value check only needs equality.
-  return reinterpret_cast<uint32_t*>(&counter);
-}
-
-void futexWait(uint32_t* word, uint32_t expected, std::chrono::nanoseconds timeout) {
-  struct timespec ts {};
-  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
-  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
-  // Shared (not FUTEX_PRIVATE) because waiter and waker are different processes.
-  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void futexWakeAll(uint32_t* word) {
-  ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
 uint64_t pidNamespaceId() {
   struct stat info {};
   return ::stat("/proc/self/ns/pid", &info) == 0 ? static_cast<uint64_t>(info.st_ino) : 0;
@@ -135,36 +103,6 @@ bool processAlive(int32_t pid) {
   }
   char state = text[close + 2];
   return state != 'Z' && state != 'X';
-}
-
-// The CPUs this process may run on. Its main thread's (pid == tid): a wait may run on the engine
-// thread, whose mask was copied when the group was made, but `taskset`, numactl and Python's
-// os.sched_setaffinity(0, ...) pin the main thread.
-CpuMask affinityMask() {
-  CpuMask mask{};
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(::getpid(), sizeof(set), &set) == 0) {
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (CPU_ISSET(cpu, &set)) {
-        mask[cpu / 64] |= uint64_t{1} << (cpu % 64);
-      }
-    }
-  } else { // more CPUs than a cpu_set_t holds: assume every one
-    const int cpus = static_cast<int>(std::thread::hardware_concurrency());
-    for (int cpu = 0; cpu < std::clamp(cpus, 1, CPU_SETSIZE); ++cpu) {
-      mask[cpu / 64] |= uint64_t{1} << (cpu % 64);
-    }
-  }
-  return mask;
-}
-
-int countCpus(const CpuMask& mask) {
-  int count = 0;
-  for (uint64_t word : mask) {
-    count += __builtin_popcountll(word);
-  }
-  return count;
 }
 
 size_t roundUp(size_t value, size_t to) {
@@ -190,26 +128,6 @@ size_t ringsBytes(int size) {
 
 } // namespace
 
-WaitPolicy WaitPolicy::make(bool shareCores, long spinMicros) {
-  WaitPolicy policy;
-  policy.shareCores = shareCores;
-  if (spinMicros >= 0) {
-    policy.spin = std::chrono::microseconds(spinMicros);
-  } else if (policy.shareCores) {
-    // Oversubscribed: a rank waited for on another core is running and will publish within a
-    // call's time, so poll a while for it; one waited for on this core gets it at once.
-    policy.spin = std::chrono::microseconds(2);
-  }
-  return policy;
-}
-
-WaitPhase WaitPolicy::phase(Clock::duration waited) const {
-  if (waited < spin) {
-    return WaitPhase::kSpin;
-  }
-  return waited < spin + yield ? WaitPhase::kYield : WaitPhase::kSleep;
-}
-
 size_t ShmTransport::segmentBytes(int size, size_t slotBytes) {
   return controlBytes(size) + ringsBytes(size) + static_cast<size_t>(size) * 2 * slotBytes;
 }
@@ -228,9 +146,7 @@ ShmTransport::ShmTransport(
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
-      policies_{WaitPolicy::make(false, spinMicros), WaitPolicy::make(true, spinMicros)},
-      // Until the group's first exchange, this rank's own CPUs are all it knows.
-      shareCores_(std::max(size, placement.ranksOnMachine) > countCpus(affinityMask())),
+      cores_(std::max(size, placement.ranksOnMachine), spinMicros),
       peerAccessWanted_(peerAccess),
       peerAccessMinSpeed_(peerAccessMinSpeed),
       placement_(std::move(placement)),
@@ -297,6 +213,7 @@ ShmTransport::ShmTransport(
   }
   data_ = static_cast<std::byte*>(segment_.data()) + controlBytes(size) + ringsBytes(size);
   RankControl& mine = control(rank_);
+  cores_.publishCpuAt(&mine.cpu);
   mine.pid = static_cast<int32_t>(::getpid());
   mine.pidNamespace = pidNamespaceId();
   const cross_memory::ProbeWord probe = cross_memory::probeWord();
@@ -567,8 +484,8 @@ bool ShmTransport::sharePointers(const void* mine, const void** all) {
       } else if (!everyone) {
         why = "another rank voted against it";
       }
-      DC_LOG(kInfo, label(rank_), placement_.groupRanks.empty() ? "" : "host level: ",
-             "peer access ", everyone ? "on" : "off", " (", why, ")");
+      DC_LOG(kInfo, label(rank_), logPrefix(), "peer access ", everyone ? "on" : "off", " (",
+             why, ")");
     }
   }
   return peerAccess_ == PeerAccess::kYes;
@@ -648,13 +565,13 @@ void ShmTransport::exchange() {
     fault_injection::fire(*fault_, c10::str("in ", opContext(), ", at its step ",
                                             step - opFirstStep_ + 1));
   }
-  const bool decided = coresDecided_.load(std::memory_order_relaxed);
+  const bool decided = cores_.decided();
   if (!decided) {
     // Read as late as this: ranks pinned after the group was made are pinned by now.
     control(rank_).cpus = affinityMask();
   }
-  if (policy().shareCores) {
-    noteCpu();
+  if (cores_.policy().shareCores) {
+    cores_.noteCpu();
   }
   std::atomic<uint64_t>& published = control(rank_).published;
   // seq_cst pairs with the waiters' sleepers increment: either they see this step or we see them.
@@ -710,7 +627,7 @@ void ShmTransport::waitFor(
     }
     const auto now = Clock::now();
     if (!clock.started) {
-      clock = {true, now, now + policy().livenessPeriod};
+      clock = {true, now, now + cores_.policy().livenessPeriod};
       if (!opClockStarted_) {
         opClockStarted_ = true;
         opStart_ = now;
@@ -719,27 +636,9 @@ void ShmTransport::waitFor(
     }
     if (now >= clock.nextCheck) {
       check(now);
-      clock.nextCheck = now + policy().livenessPeriod;
+      clock.nextCheck = now + cores_.policy().livenessPeriod;
     }
-    const WaitPolicy& policy = this->policy();
-    WaitPhase phase = policy.phase(now - clock.start);
-    if (phase == WaitPhase::kSpin && policy.shareCores) {
-      noteCpu();
-      if (coreWanted()) {
-        phase = WaitPhase::kYield;
-      }
-    }
-    switch (phase) {
-      case WaitPhase::kSpin:
-        cpuRelax();
-        break;
-      case WaitPhase::kYield:
-        std::this_thread::yield();
-        break;
-      case WaitPhase::kSleep:
-        sleep();
-        break;
-    }
+    cores_.idle(now - clock.start, coreWanted, sleep);
   }
 }
 
@@ -796,35 +695,17 @@ void ShmTransport::decideCoreSharing() {
       all[w] |= cpus[w];
     }
   }
-  const int ranks = std::max(size_, placement_.ranksOnMachine);
-  shareCores_.store(ranks > countCpus(all), std::memory_order_relaxed);
-  coresDecided_.store(true, std::memory_order_release);
-  DC_LOG(kInfo, label(rank_), placement_.groupRanks.empty() ? "" : "host level: ",
-         "ranks share cores: ", ranks > countCpus(all) ? "yes" : "no", " (ranks on this "
-         "machine ", ranks, ", CPUs in their affinities ", countCpus(all), "); a wait spins ",
-         std::chrono::duration_cast<std::chrono::microseconds>(policy().spin).count(),
-         " us before it yields");
+  cores_.decide(all, label(rank_), logPrefix());
 }
 
 std::optional<bool> ShmTransport::sharesCores() const {
-  if (!coresDecided_.load(std::memory_order_acquire)) {
-    return std::nullopt;
-  }
-  return shareCores_.load(std::memory_order_relaxed);
-}
-
-void ShmTransport::noteCpu() {
-  const int cpu = ::sched_getcpu(); // glibc reads it from rseq: no syscall
-  if (cpu != cpu_) {
-    cpu_ = cpu;
-    control(rank_).cpu.store(cpu, std::memory_order_relaxed);
-  }
+  return cores_.sharesCores();
 }
 
 bool ShmTransport::awaitedRankSharesCore(uint64_t target, int from) const {
   for (int r = from; r < size_; ++r) {
     const RankControl& peer = control(r);
-    if (r != rank_ && peer.cpu.load(std::memory_order_relaxed) == cpu_ &&
+    if (r != rank_ && peer.cpu.load(std::memory_order_relaxed) == cores_.cpu() &&
         peer.published.load(std::memory_order_relaxed) < target) {
       return true;
     }

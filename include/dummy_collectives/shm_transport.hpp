@@ -13,6 +13,7 @@
 #include <dummy_collectives/fault_injection.hpp>
 #include <dummy_collectives/shm_segment.hpp>
 #include <dummy_collectives/transport.hpp>
+#include <dummy_collectives/wait_policy.hpp>
 
 namespace dummy_collectives {
 
@@ -28,38 +29,6 @@ struct P2pChannel {
   std::atomic<uint64_t>* consumed;
   std::byte* ring;
   size_t bytes;
-};
-
-// How a rank waits for its peers. Busy polling gives the lowest latency while ranks have a core
-// each; once ranks outnumber cores, polling steals the core the awaited peer needs, so the wait
-// yields (at once when the awaited rank last ran on this CPU) and then sleeps on a futex that
-// the publishing rank wakes.
-//
-// The spin budget is long (1 ms) when ranks have a core each: a peer that is merely late (still
-// in Python, or briefly preempted by another process) costs microseconds to wait for by
-// polling, but a yield hands the core to whatever else is runnable for a whole scheduler slice.
-// That is what DeepSpeed's and Open MPI's shared-memory paths do too (they poll indefinitely).
-//
-// Whether ranks outnumber cores is a property of the group, not of one rank: ranks pinned to a
-// core each (taskset, numactl, a launcher's CPU binding) may each run on one CPU, yet no two
-// share one. So every rank publishes the CPUs it may run on, and the group compares its size
-// with their union once every rank has published (its first exchange).
-// What a waiting rank does next: busy-poll, yield its core, or sleep.
-enum class WaitPhase { kSpin, kYield, kSleep };
-
-struct WaitPolicy {
-  std::chrono::nanoseconds spin{std::chrono::milliseconds(1)};
-  std::chrono::nanoseconds yield{std::chrono::milliseconds(2)};
-  // How often a long wait checks that the ranks it waits for are still alive.
-  std::chrono::nanoseconds livenessPeriod{std::chrono::milliseconds(50)};
-  // Ranks outnumber cores: a wait hands its core over at once to a rank it waits for that
-  // last ran on this CPU (that rank cannot publish while we hold the core).
-  bool shareCores = false;
-
-  // spinMicros: BackendOptions::spinMicros (-1 picks the budget from shareCores).
-  static WaitPolicy make(bool shareCores, long spinMicros);
-  // After `waited`: spin first, then yield, then sleep.
-  WaitPhase phase(Clock::duration waited) const;
 };
 
 // A value every rank of a group must share, such as a threshold that picks the algorithm (ranks
@@ -191,20 +160,15 @@ class ShmTransport final : public Transport {
     Clock::time_point nextCheck;
   };
   // The loop every wait shares: polls `ready` until it holds -- spinning, then yielding, then
-  // calling `sleep`, as the policy says for the time since the wait began -- raising if the
-  // group is aborted, and calling `check` (which raises when waiting is pointless) every
-  // liveness period. The op's own clock (its deadline) starts with its first such wait.
+  // calling `sleep`, as the policy says for the time since the wait began (CoreSharing::idle)
+  // -- raising if the group is aborted, and calling `check` (which raises when waiting is
+  // pointless) every liveness period. The op's own clock (its deadline) starts with its first
+  // such wait.
   template <typename Ready, typename CoreWanted, typename Check, typename Sleep>
   void waitFor(
       WaitClock& clock, Ready&& ready, CoreWanted&& coreWanted, Check&& check, Sleep&& sleep);
-  // The policy a wait starting now follows.
-  const WaitPolicy& policy() const {
-    return policies_[shareCores_.load(std::memory_order_relaxed) ? 1 : 0];
-  }
   // After the group's first exchange: whether its ranks outnumber the union of their CPUs.
   void decideCoreSharing();
-  // Where ranks share cores: record the CPU this rank runs on, for its peers' waits.
-  void noteCpu();
   // Whether a rank from `from` on that has not yet published `target` last ran on our CPU.
   bool awaitedRankSharesCore(uint64_t target, int from) const;
   void checkPeers(uint64_t step);
@@ -220,16 +184,16 @@ class ShmTransport final : public Transport {
   [[noreturn]] void fail(const std::string& what);
   [[noreturn]] void failTimedOut(const std::string& waitingFor);
   std::string opContext() const;
+  // What log lines of this transport start with after the rank: whose level it is.
+  const char* logPrefix() const {
+    return placement_.groupRanks.empty() ? "" : "host level: ";
+  }
 
   int rank_;
   int size_;
   size_t slotBytes_;
-  // Indexed by shareCores_: deciding the sharing flips one atomic, which sharesCores() may read
-  // from any thread, instead of rewriting a policy's fields. (Point-to-point waits do not use
-  // these: the p2p engine polls with its own back-off.)
-  WaitPolicy policies_[2];
-  std::atomic<bool> shareCores_{false};
-  std::atomic<bool> coresDecided_{false};
+  // How this rank's waits spend their time, as the group's sharing of cores has it.
+  CoreSharing cores_;
   ShmSegment segment_;
   ControlBlock* ctl_ = nullptr;
   std::byte* data_ = nullptr;
@@ -248,7 +212,6 @@ class ShmTransport final : public Transport {
   // collectives are steps of its group's (HierarchicalBackend injects those).
   std::optional<fault_injection::Fault> fault_;
   int faultStep_ = 0;
-  int cpu_ = -1; // the CPU noteCpu() last saw
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
   uint64_t opFirstStep_ = 0;
   OpDescriptor op_;
