@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <iomanip>
 #include <sstream>
 #include <thread>
 
@@ -72,8 +71,7 @@ ShmTransport::ShmTransport(
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
       cores_(std::max(size, placement.ranksOnMachine), spinMicros),
-      peerAccessWanted_(peerAccess),
-      peerAccessMinSpeed_(peerAccessMinSpeed),
+      peerAccess_(peerAccess, peerAccessMinSpeed),
       placement_(std::move(placement)),
       join_(std::move(join)),
       waits_(size) {
@@ -377,7 +375,7 @@ const void* ShmTransport::readSlot(int r) const {
 }
 
 bool ShmTransport::sharePointers(const void* mine, const void** all) {
-  if (peerAccess_ == PeerAccess::kNo) {
+  if (peerAccess_.state() == PeerAccessVote::State::kNo) {
     return false;
   }
   *static_cast<const void**>(writeSlot()) = mine;
@@ -385,76 +383,24 @@ bool ShmTransport::sharePointers(const void* mine, const void** all) {
   for (int r = 0; r < size_; ++r) {
     all[r] = *static_cast<const void* const*>(readSlot(r));
   }
-  if (peerAccess_ == PeerAccess::kUndecided) {
+  if (peerAccess_.state() == PeerAccessVote::State::kUndecided) {
     // Every rank has connected (and published its probe word) before publishing a step. One
     // rank that cannot reach one peer turns peer access off for the whole group: an algorithm
     // reaches every rank, so it is all or nothing.
-    const bool mine = wantsPeerAccess();
+    const bool mine = peerAccess_.vote(&control(0), size_, rank_);
     *static_cast<uint8_t*>(writeSlot()) = mine ? 1 : 0;
     exchange();
     bool everyone = true;
     for (int r = 0; r < size_; ++r) {
       everyone = everyone && *static_cast<const uint8_t*>(readSlot(r)) != 0;
     }
-    peerAccess_ = everyone ? PeerAccess::kYes : PeerAccess::kNo;
-    if (DC_LOG_ENABLED(kInfo)) {
-      std::string why = "every rank reaches every other's memory";
-      if (!mine) {
-        why = !peerAccessWanted_ ? "peer_access is 0 on this rank"
-            : peerAccessMinSpeed_ > 0.0 && cross_memory::copySpeed() < peerAccessMinSpeed_
-            ? c10::str("this rank's cross-memory copy runs at ", std::setprecision(2),
-                       cross_memory::copySpeed(), " of memcpy's speed, below "
-                       "peer_access_min_speed ", peerAccessMinSpeed_)
-            : std::string("this rank cannot reach every peer's memory");
-      } else if (!everyone) {
-        why = "another rank voted against it";
-      }
-      DC_LOG(kInfo, label(rank_), logPrefix(), "peer access ", everyone ? "on" : "off", " (",
-             why, ")");
-    }
+    peerAccess_.decide(mine, everyone, label(rank_), logPrefix());
   }
-  return peerAccess_ == PeerAccess::kYes;
-}
-
-bool ShmTransport::wantsPeerAccess() const {
-  // Where the kernel copies slowly the slots win (on an AMD EPYC VM, at every size measured; see
-  // docs/design.md). Measuring costs ~0.2 ms once per process, and only when asked for.
-  return peerAccessWanted_ &&
-      (peerAccessMinSpeed_ <= 0.0 || cross_memory::copySpeed() >= peerAccessMinSpeed_) &&
-      canReachAllPeers();
-}
-
-bool ShmTransport::canReachAllPeers() const {
-  const RankControl& mine = control(rank_);
-  for (int r = 0; r < size_; ++r) {
-    const RankControl& peer = control(r);
-    if (r == rank_) {
-      continue;
-    }
-    // A pid from another pid namespace names some other process here, or none.
-    if (peer.pid <= 0 || peer.pidNamespace == 0 || peer.pidNamespace != mine.pidNamespace) {
-      return false;
-    }
-    auto* word = reinterpret_cast<void*>(peer.probeAddress);
-    uint64_t value = 0;
-    if (cross_memory::read(peer.pid, &value, word, sizeof(value)) != 0 ||
-        value != peer.probeValue ||
-        cross_memory::write(peer.pid, word, &value, sizeof(value)) != 0) {
-      return false;
-    }
-  }
-  return true;
+  return peerAccess_.state() == PeerAccessVote::State::kYes;
 }
 
 std::string ShmTransport::peerAccessState() const {
-  switch (peerAccess_.load(std::memory_order_relaxed)) {
-    case PeerAccess::kYes:
-      return "on";
-    case PeerAccess::kNo:
-      return "off";
-    default:
-      return "undecided";
-  }
+  return peerAccess_.describe();
 }
 
 void ShmTransport::readPeer(int r, void* local, const void* remote, size_t bytes) {

@@ -11,6 +11,7 @@
 
 #include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/fault_injection.hpp>
+#include <dummy_collectives/peer_access.hpp>
 #include <dummy_collectives/shm_segment.hpp>
 #include <dummy_collectives/transport.hpp>
 #include <dummy_collectives/wait_policy.hpp>
@@ -172,10 +173,6 @@ class ShmTransport final : public Transport {
   // Whether a rank from `from` on that has not yet published `target` last ran on our CPU.
   bool awaitedRankSharesCore(uint64_t target, int from) const;
   void checkPeers(uint64_t step);
-  // Whether this rank can read and write every peer's memory (once every rank has connected).
-  bool canReachAllPeers() const;
-  // This rank's vote on peer access: asked for, fast enough here, every peer reachable.
-  bool wantsPeerAccess() const;
   // Raises (aborting the group) for a failed read or write of a peer's memory.
   [[noreturn]] void failPeerAccess(int r, const char* what, size_t bytes, int error);
   void checkDescriptors(uint64_t step) const;
@@ -200,10 +197,7 @@ class ShmTransport final : public Transport {
 
   // Whether the ranks read each other's memory for large transfers: asked for (by the option,
   // on this rank), then decided by the group on first use, alike on every rank.
-  enum class PeerAccess : uint8_t { kUndecided, kYes, kNo };
-  bool peerAccessWanted_;
-  double peerAccessMinSpeed_;
-  std::atomic<PeerAccess> peerAccess_{PeerAccess::kUndecided};
+  PeerAccessVote peerAccess_;
 
   Placement placement_;
   GroupJoin join_;
