@@ -1,8 +1,9 @@
 #pragma once
 
 // The layout of a group's shared-memory segment (private to ShmTransport's sources): what every
-// rank of the group maps and where each part lies. Its own header so that each concern of the
-// transport (the step protocol, liveness, the peer-access vote) can read it from its own file.
+// rank of the group maps and where each part lies. Its own header because each concern of the
+// transport reads it from its own file: the step protocol (shm_transport.cpp), liveness
+// (shm_liveness.cpp) and the peer-access vote (peer_access.cpp).
 //
 // In order: ControlBlock, then one RankControl per rank, then one ChannelControl per ordered
 // pair of ranks (padded to a page), then the point-to-point rings, then the data slots (rank r,

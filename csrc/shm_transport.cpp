@@ -1,14 +1,15 @@
+// ShmTransport's segment and step protocol: rank 0 creates the group's shared memory and the
+// others map it; each step writes a slot, publishes the step and waits for every rank's (see
+// docs/design.md, "The step protocol"). What a wait does meanwhile is wait_policy.hpp's, how
+// it learns that a peer died and how the group aborts shm_liveness.cpp's, and whether ranks
+// read each other's memory peer_access.hpp's; this file calls them.
+
 #include <dummy_collectives/shm_transport.hpp>
 
-#include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include <dummy_collectives/debug_log.hpp>
 
 #include "shm_layout.hpp"
+#include "shm_liveness.hpp"
 
 namespace dummy_collectives {
 
@@ -29,26 +31,6 @@ constexpr const char* kStoreKey = "dummy_collectives/shm";
 constexpr const char* kFailureSeenKey = "dummy_collectives/shm_failure_seen";
 // The longest pause of a joining rank between two looks at the store (and at rank 0's pid).
 constexpr std::chrono::microseconds kStorePollPause{10000};
-
-uint64_t pidNamespaceId() {
-  struct stat info {};
-  return ::stat("/proc/self/ns/pid", &info) == 0 ? static_cast<uint64_t>(info.st_ino) : 0;
-}
-
-// A peer whose pid is gone, or a zombie waiting to be reaped, is dead.
-bool processAlive(int32_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) {
-    return false;
-  }
-  std::ifstream stat(c10::str("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) {
-    return !text.empty() || !stat.fail();
-  }
-  char state = text[close + 2];
-  return state != 'Z' && state != 'X';
-}
 
 } // namespace
 
@@ -247,13 +229,6 @@ std::string ShmTransport::awaitSegment(const c10::intrusive_ptr<c10d::Store>& st
   return value;
 }
 
-int32_t ShmTransport::pidOf(int r) const {
-  if (ctl_ != nullptr && control(r).pid > 0) {
-    return control(r).pid;
-  }
-  return join_.pids[static_cast<size_t>(r)];
-}
-
 ShmTransport::~ShmTransport() = default;
 
 RankControl& ShmTransport::control(int r) const {
@@ -270,81 +245,12 @@ P2pChannel ShmTransport::channel(int src, int dst) const {
   return {&c.written, &c.consumed, rings + static_cast<size_t>(src * size_ + dst) * bytes, bytes};
 }
 
-std::string ShmTransport::abortReason() const {
-  while (ctl_->aborted.load(std::memory_order_acquire) == 1) {
-    cpuRelax();
-  }
-  return ctl_->abortReason;
-}
-
-std::string ShmTransport::brokenReason() const {
-  return ctl_->aborted.load(std::memory_order_acquire) != 0 ? abortReason() : std::string();
-}
-
-std::vector<int> ShmTransport::labels(const std::vector<int>& ranks) const {
-  std::vector<int> named;
-  for (const int r : ranks) {
-    named.push_back(label(r));
-  }
-  return named;
-}
-
-std::string ShmTransport::peerProblem(int r) const {
-  if (ctl_->aborted.load(std::memory_order_acquire) != 0) {
-    return c10::str("the group was aborted (", abortReason(), ")");
-  }
-  const RankControl& peer = control(r);
-  if (peer.pid > 0) {
-    if (peer.pidNamespace == control(rank_).pidNamespace && !processAlive(peer.pid)) {
-      return c10::str("rank ", label(r), " (pid ", peer.pid, ") has died");
-    }
-    return {};
-  }
-  // Not mapped yet: the pid its discovery published (same pid namespace) still tells a death.
-  const int32_t pid = join_.pids[static_cast<size_t>(r)];
-  if (pid > 0 && !processAlive(pid)) {
-    return c10::str(
-        "rank ", label(r), " (pid ", pid, ") has died (before it mapped the group's shared "
-        "memory: during the group's creation)");
-  }
-  return {};
-}
-
 std::byte* ShmTransport::slot(int r, uint64_t step) const {
   return data_ + (static_cast<size_t>(r) * 2 + (step & 1)) * slotBytes_;
 }
 
 std::string ShmTransport::opContext() const {
   return c10::str("dummy ", op_.describe(), " on rank ", label(rank_));
-}
-
-void ShmTransport::fail(const std::string& what) {
-  std::string message = c10::str(opContext(), ": ", what);
-  abort(message);
-  C10_THROW_ERROR(DistBackendError, message);
-}
-
-void ShmTransport::failOnThisRank(const std::string& error) {
-  fail(c10::str(
-      "rank ", label(rank_), " (pid ", ::getpid(), ") failed part way through the collective: ",
-      error, "; the group is unusable (its ranks would no longer agree on the collective's "
-      "steps)"));
-}
-
-void ShmTransport::abort(const std::string& reason) {
-  uint32_t expected = 0;
-  if (ctl_->aborted.compare_exchange_strong(expected, 1)) {
-    size_t n = std::min(reason.size(), kReasonBytes - 1);
-    std::memcpy(ctl_->abortReason, reason.data(), n);
-    ctl_->abortReason[n] = '\0';
-    ctl_->aborted.store(2);
-    // Nobody may join an aborted group: if a rank never mapped the segment (it died during
-    // init), its name would otherwise stay in /dev/shm once the creator is killed too.
-    segment_.unlink();
-  }
-  for (int r = 0; r < size_; ++r) {
-    futexWakeAll(futexWord(control(r).published));
-  }
 }
 
 void ShmTransport::beginOp(const OpDescriptor& op, std::chrono::milliseconds timeout) {
@@ -415,18 +321,6 @@ void ShmTransport::writePeer(int r, void* remote, const void* local, size_t byte
   if (error != 0) {
     failPeerAccess(r, "writing", bytes, error);
   }
-}
-
-void ShmTransport::failPeerAccess(int r, const char* what, size_t bytes, int error) {
-  const int32_t pid = control(r).pid;
-  // ESRCH: the process is gone, though /proc may not show it dead yet.
-  std::string problem =
-      error == ESRCH ? c10::str("rank ", label(r), " (pid ", pid, ") has died") : peerProblem(r);
-  fail(
-      problem.empty() ? c10::str(
-                            what, " ", bytes, " bytes of rank ", label(r), "'s tensor (pid ", pid,
-                            ") failed: ", std::strerror(error), "; the group is unusable")
-                      : problem + "; the group is unusable");
 }
 
 void ShmTransport::exchange() {
@@ -582,43 +476,6 @@ bool ShmTransport::awaitedRankSharesCore(uint64_t target, int from) const {
     }
   }
   return false;
-}
-
-void ShmTransport::checkPeers(uint64_t step) {
-  const uint64_t target = step + 1;
-  std::vector<int> missing;
-  for (int r = 0; r < size_; ++r) {
-    if (control(r).published.load(std::memory_order_acquire) < target) {
-      missing.push_back(r);
-    }
-  }
-  for (int r : missing) {
-    // A pid means something only in our pid namespace; elsewhere only the timeout can tell.
-    std::string problem = peerProblem(r);
-    if (!problem.empty()) {
-      fail(problem + "; the group is unusable");
-    }
-  }
-  if (Clock::now() >= deadline_) {
-    failTimedOut(c10::str(
-        "ranks ",
-        c10::Join(", ", labels(missing)),
-        " to arrive (step ",
-        step - opFirstStep_ + 1,
-        " of the collective); a rank that never calls it, or calls collectives in a different "
-        "order, causes this"));
-  }
-}
-
-void ShmTransport::failTimedOut(const std::string& waitingFor) {
-  const auto now = Clock::now();
-  fail(c10::str(
-      "timed out after ",
-      std::chrono::duration_cast<std::chrono::milliseconds>(now - opStart_).count(),
-      " ms (its timeout is ",
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - opStart_).count(),
-      " ms) waiting for ",
-      waitingFor));
 }
 
 void ShmTransport::checkDescriptors(uint64_t step) const {

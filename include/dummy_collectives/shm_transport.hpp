@@ -66,6 +66,10 @@ struct GroupJoin {
 // The CPU transport: one shared-memory segment per process group. Rank 0 creates it and
 // publishes its name through the group's Store; once every rank has mapped it, the last one
 // to map removes the name.
+//
+// By concern: the segment and the step protocol are in shm_transport.cpp, the segment's layout
+// in csrc/shm_layout.hpp, liveness and the group's abort in shm_liveness.cpp, how waits spend
+// their time in wait_policy.hpp, and the group's vote on peer access in peer_access.hpp.
 class ShmTransport final : public Transport {
  public:
   ShmTransport(
@@ -139,6 +143,8 @@ class ShmTransport final : public Transport {
   static constexpr size_t kMinFallbackSlotBytes = size_t{64} << 10;
 
  private:
+  // The segment and the step protocol (shm_transport.cpp).
+  //
   // Rank 0: creates the segment, with smaller slots where /dev/shm cannot hold the asked-for
   // ones (and says so in the debug log); raises, telling every rank, where even the smallest
   // does not fit. Returns the slot size it used.
@@ -146,11 +152,7 @@ class ShmTransport final : public Transport {
   // Ranks other than 0: rank 0's published segment name, settings and slot size; raises if rank
   // 0 dies (or failed to create it) before, or the group's timeout passes.
   std::string awaitSegment(const c10::intrusive_ptr<c10d::Store>& store) const;
-  // Rank r's pid: from its control block once it has mapped the segment, else from discovery.
-  int32_t pidOf(int r) const;
   RankControl& control(int r) const;
-  std::string abortReason() const;
-  std::vector<int> labels(const std::vector<int>& ranks) const;
   std::byte* slot(int r, uint64_t step) const;
   // Waits until every rank has published `step`; raises on abort, timeout or a dead peer.
   void waitAll(uint64_t step);
@@ -172,19 +174,28 @@ class ShmTransport final : public Transport {
   void decideCoreSharing();
   // Whether a rank from `from` on that has not yet published `target` last ran on our CPU.
   bool awaitedRankSharesCore(uint64_t target, int from) const;
-  void checkPeers(uint64_t step);
-  // Raises (aborting the group) for a failed read or write of a peer's memory.
-  [[noreturn]] void failPeerAccess(int r, const char* what, size_t bytes, int error);
   void checkDescriptors(uint64_t step) const;
   // After a collective's first exchange: who arrived last, from every rank's arrival stamp.
   void noteArrivals(uint64_t step);
-  [[noreturn]] void fail(const std::string& what);
-  [[noreturn]] void failTimedOut(const std::string& waitingFor);
   std::string opContext() const;
   // What log lines of this transport start with after the rank: whose level it is.
   const char* logPrefix() const {
     return placement_.groupRanks.empty() ? "" : "host level: ";
   }
+
+  // Liveness and the group's abort (shm_liveness.cpp).
+  //
+  // Rank r's pid: from its control block once it has mapped the segment, else from discovery.
+  int32_t pidOf(int r) const;
+  std::string abortReason() const;
+  std::vector<int> labels(const std::vector<int>& ranks) const;
+  // Raises (aborting the group) where a rank that has not yet published step `step + 1` died, or
+  // the op's deadline passed.
+  void checkPeers(uint64_t step);
+  // Raises (aborting the group) for a failed read or write of a peer's memory.
+  [[noreturn]] void failPeerAccess(int r, const char* what, size_t bytes, int error);
+  [[noreturn]] void fail(const std::string& what);
+  [[noreturn]] void failTimedOut(const std::string& waitingFor);
 
   int rank_;
   int size_;
