@@ -84,7 +84,7 @@ ShmLowering::ShmLowering(
     int size,
     c10::intrusive_ptr<BackendOptions> options,
     GroupJoin join,
-    HostLevelOf placement,
+    Placement placement,
     debug_log::Site site)
     : options_(std::move(options)), site_(site) {
   logPrefix_ = placement.groupRanks.empty() ? "" : "host level: ";

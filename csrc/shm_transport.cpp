@@ -1,20 +1,15 @@
+// ShmTransport's segment and step protocol: rank 0 creates the group's shared memory and the
+// others map it; each step writes a slot, publishes the step and waits for every rank's (see
+// docs/design.md, "The step protocol"). What a wait does meanwhile is wait_policy.hpp's, how
+// it learns that a peer died and how the group aborts shm_liveness.cpp's, and whether ranks
+// read each other's memory peer_access.hpp's; this file calls them.
+
 #include <dummy_collectives/shm_transport.hpp>
 
-#include <linux/futex.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <cerrno>
-#include <climits>
-#include <cstring>
-#include <fstream>
-#include <iomanip>
 #include <sstream>
 #include <thread>
 
@@ -24,64 +19,10 @@
 #include <dummy_collectives/cross_memory.hpp>
 #include <dummy_collectives/debug_log.hpp>
 
+#include "shm_layout.hpp"
+#include "shm_liveness.hpp"
+
 namespace dummy_collectives {
-
-// Shared-memory layout: ControlBlock, then one RankControl per rank, then the data slots
-// (rank r, buffer b at data + (2r + b) * slotBytes). Everything a rank writes often sits on
-// its own 128-byte line (two cache lines: x86 prefetches pairs), so ranks never false-share.
-constexpr uint64_t kMagic = 0x6475'6d6d'795f'6363ULL; // "dummy_cc"
-constexpr size_t kLine = 128;
-constexpr size_t kReasonBytes = 1024;
-// CPUs 0-1023, one bit each (what a plain cpu_set_t holds).
-using CpuMask = std::array<uint64_t, 16>;
-
-struct alignas(kLine) RankControl {
-  // Steps this rank has published. Futex waits use its low 32 bits (little-endian first word).
-  std::atomic<uint64_t> published;
-  // The collective whose first step is step s lives in desc[s % 2]; a rank rewrites a slot only
-  // after every rank has gone two steps past the reads of it (the same rule as the data slots).
-  // It shares `published`'s line pair: the transfer that shows a peer the step brings it along.
-  OpDescriptor desc[2];
-  // When this rank began the collective whose first step is step s: arrivedNs[s % 2], its
-  // steady clock (one clock for every process of a host), written with the descriptor and read
-  // by peers after that step (see noteArrivals). Double-buffered like the descriptor, for the
-  // same reason: a fast rank begins its next collective while a slow one still reads this.
-  int64_t arrivedNs[2];
-  // Written once at connect.
-  alignas(kLine) int32_t pid; // for peers' liveness checks and cross-memory reads
-  uint64_t pidNamespace;
-  uint64_t probeAddress; // a word of this process that peers read to see whether they can
-  uint64_t probeValue;   // (cross_memory::ProbeWord)
-  // The CPU this rank last ran on, kept only while ranks outnumber cores (WaitPolicy::shareCores)
-  // and written only when it changes, so this line stays shared in every reader's cache.
-  std::atomic<int32_t> cpu{-1};
-  // The CPUs this rank may run on, written before its first publish (see decideCoreSharing).
-  CpuMask cpus{};
-};
-static_assert(
-    sizeof(std::atomic<uint64_t>) + 2 * sizeof(OpDescriptor) + 2 * sizeof(int64_t) <= kLine,
-    "a peer's step counter, descriptors and arrival stamps come in one transfer");
-
-struct alignas(kLine) ControlBlock {
-  uint64_t magic;
-  int32_t worldSize;
-  uint64_t slotBytes;
-  std::atomic<int32_t> mapped;     // ranks that have mapped the segment so far
-  std::atomic<uint32_t> sleepers;  // ranks asleep in a futex wait: publishers wake only then
-  std::atomic<uint32_t> aborted;   // 0 running, 1 being aborted, 2 aborted (reason readable)
-  char abortReason[kReasonBytes];
-};
-
-// One per ordered pair of ranks; the two counters sit on separate lines (different writers).
-struct alignas(kLine) ChannelControl {
-  std::atomic<uint64_t> written;
-  char pad0[kLine - sizeof(std::atomic<uint64_t>)];
-  std::atomic<uint64_t> consumed;
-  char pad1[kLine - sizeof(std::atomic<uint64_t>)];
-};
-
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
 
 namespace {
 
@@ -91,124 +32,7 @@ constexpr const char* kFailureSeenKey = "dummy_collectives/shm_failure_seen";
 // The longest pause of a joining rank between two looks at the store (and at rank 0's pid).
 constexpr std::chrono::microseconds kStorePollPause{10000};
 
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
-uint32_t* futexWord(std::atomic<uint64_t>& counter) {
-  static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
-  // The low half of a little-endian 64-bit counter; the futex value check only needs equality.
-  return reinterpret_cast<uint32_t*>(&counter);
-}
-
-void futexWait(uint32_t* word, uint32_t expected, std::chrono::nanoseconds timeout) {
-  struct timespec ts {};
-  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
-  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
-  // Shared (not FUTEX_PRIVATE) because waiter and waker are different processes.
-  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void futexWakeAll(uint32_t* word) {
-  ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-uint64_t pidNamespaceId() {
-  struct stat info {};
-  return ::stat("/proc/self/ns/pid", &info) == 0 ? static_cast<uint64_t>(info.st_ino) : 0;
-}
-
-// A peer whose pid is gone, or a zombie waiting to be reaped, is dead.
-bool processAlive(int32_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) {
-    return false;
-  }
-  std::ifstream stat(c10::str("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) {
-    return !text.empty() || !stat.fail();
-  }
-  char state = text[close + 2];
-  return state != 'Z' && state != 'X';
-}
-
-// The CPUs this process may run on. Its main thread's (pid == tid): a wait may run on the engine
-// thread, whose mask was copied when the group was made, but `taskset`, numactl and Python's
-// os.sched_setaffinity(0, ...) pin the main thread.
-CpuMask affinityMask() {
-  CpuMask mask{};
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(::getpid(), sizeof(set), &set) == 0) {
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (CPU_ISSET(cpu, &set)) {
-        mask[cpu / 64] |= uint64_t{1} << (cpu % 64);
-      }
-    }
-  } else { // more CPUs than a cpu_set_t holds: assume every one
-    const int cpus = static_cast<int>(std::thread::hardware_concurrency());
-    for (int cpu = 0; cpu < std::clamp(cpus, 1, CPU_SETSIZE); ++cpu) {
-      mask[cpu / 64] |= uint64_t{1} << (cpu % 64);
-    }
-  }
-  return mask;
-}
-
-int countCpus(const CpuMask& mask) {
-  int count = 0;
-  for (uint64_t word : mask) {
-    count += __builtin_popcountll(word);
-  }
-  return count;
-}
-
-size_t roundUp(size_t value, size_t to) {
-  return (value + to - 1) / to * to;
-}
-
-size_t controlBytes(int size) {
-  const auto n = static_cast<size_t>(size);
-  return roundUp(
-      sizeof(ControlBlock) + sizeof(RankControl) * n + sizeof(ChannelControl) * n * n, 4096);
-}
-
-// Point-to-point ring size: 256 KiB per pair for small groups, shrinking so a rank's rings stay
-// near 4 MiB in large ones (pages are only touched when used anyway).
-size_t ringBytes(int size) {
-  const size_t perPeer = (size_t{4} << 20) / static_cast<size_t>(std::max(1, size - 1));
-  return std::clamp<size_t>(perPeer / 4096 * 4096, size_t{16} << 10, size_t{256} << 10);
-}
-
-size_t ringsBytes(int size) {
-  return static_cast<size_t>(size) * static_cast<size_t>(size) * ringBytes(size);
-}
-
 } // namespace
-
-WaitPolicy WaitPolicy::make(bool shareCores, long spinMicros) {
-  WaitPolicy policy;
-  policy.shareCores = shareCores;
-  if (spinMicros >= 0) {
-    policy.spin = std::chrono::microseconds(spinMicros);
-  } else if (policy.shareCores) {
-    // Oversubscribed: a rank waited for on another core is running and will publish within a
-    // call's time, so poll a while for it; one waited for on this core gets it at once.
-    policy.spin = std::chrono::microseconds(2);
-  }
-  return policy;
-}
-
-WaitPhase WaitPolicy::phase(Clock::duration waited) const {
-  if (waited < spin) {
-    return WaitPhase::kSpin;
-  }
-  return waited < spin + yield ? WaitPhase::kYield : WaitPhase::kSleep;
-}
 
 size_t ShmTransport::segmentBytes(int size, size_t slotBytes) {
   return controlBytes(size) + ringsBytes(size) + static_cast<size_t>(size) * 2 * slotBytes;
@@ -224,21 +48,18 @@ ShmTransport::ShmTransport(
     double peerAccessMinSpeed,
     std::vector<GroupSetting> settings,
     GroupJoin join,
-    HostLevelOf hostLevel)
+    Placement placement)
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
-      policies_{WaitPolicy::make(false, spinMicros), WaitPolicy::make(true, spinMicros)},
-      // Until the group's first exchange, this rank's own CPUs are all it knows.
-      shareCores_(std::max(size, hostLevel.ranksOnMachine) > countCpus(affinityMask())),
-      peerAccessWanted_(peerAccess),
-      peerAccessMinSpeed_(peerAccessMinSpeed),
-      hostLevel_(std::move(hostLevel)),
+      cores_(std::max(size, placement.ranksOnMachine), spinMicros),
+      peerAccess_(peerAccess, peerAccessMinSpeed),
+      placement_(std::move(placement)),
       join_(std::move(join)),
       waits_(size) {
   TORCH_CHECK(
-      hostLevel_.groupRanks.empty() || static_cast<int>(hostLevel_.groupRanks.size()) == size,
-      "dummy_collectives: ", hostLevel_.groupRanks.size(), " group ranks for a host level of ",
+      placement_.groupRanks.empty() || static_cast<int>(placement_.groupRanks.size()) == size,
+      "dummy_collectives: ", placement_.groupRanks.size(), " group ranks for a host level of ",
       size, " ranks");
   join_.pids.resize(static_cast<size_t>(size), 0);
   if (auto fault = fault_injection::fromEnv()) {
@@ -247,7 +68,7 @@ ShmTransport::ShmTransport(
           *fault, c10::str("while rank ", label(rank), " joins the group, before it maps the "
                            "group's shared memory"));
     }
-    if (hostLevel_.groupRanks.empty()) {
+    if (placement_.groupRanks.empty()) {
       fault_ = fault;
     }
   }
@@ -297,6 +118,7 @@ ShmTransport::ShmTransport(
   }
   data_ = static_cast<std::byte*>(segment_.data()) + controlBytes(size) + ringsBytes(size);
   RankControl& mine = control(rank_);
+  cores_.publishCpuAt(&mine.cpu);
   mine.pid = static_cast<int32_t>(::getpid());
   mine.pidNamespace = pidNamespaceId();
   const cross_memory::ProbeWord probe = cross_memory::probeWord();
@@ -407,13 +229,6 @@ std::string ShmTransport::awaitSegment(const c10::intrusive_ptr<c10d::Store>& st
   return value;
 }
 
-int32_t ShmTransport::pidOf(int r) const {
-  if (ctl_ != nullptr && control(r).pid > 0) {
-    return control(r).pid;
-  }
-  return join_.pids[static_cast<size_t>(r)];
-}
-
 ShmTransport::~ShmTransport() = default;
 
 RankControl& ShmTransport::control(int r) const {
@@ -430,81 +245,12 @@ P2pChannel ShmTransport::channel(int src, int dst) const {
   return {&c.written, &c.consumed, rings + static_cast<size_t>(src * size_ + dst) * bytes, bytes};
 }
 
-std::string ShmTransport::abortReason() const {
-  while (ctl_->aborted.load(std::memory_order_acquire) == 1) {
-    cpuRelax();
-  }
-  return ctl_->abortReason;
-}
-
-std::string ShmTransport::brokenReason() const {
-  return ctl_->aborted.load(std::memory_order_acquire) != 0 ? abortReason() : std::string();
-}
-
-std::vector<int> ShmTransport::labels(const std::vector<int>& ranks) const {
-  std::vector<int> named;
-  for (const int r : ranks) {
-    named.push_back(label(r));
-  }
-  return named;
-}
-
-std::string ShmTransport::peerProblem(int r) const {
-  if (ctl_->aborted.load(std::memory_order_acquire) != 0) {
-    return c10::str("the group was aborted (", abortReason(), ")");
-  }
-  const RankControl& peer = control(r);
-  if (peer.pid > 0) {
-    if (peer.pidNamespace == control(rank_).pidNamespace && !processAlive(peer.pid)) {
-      return c10::str("rank ", label(r), " (pid ", peer.pid, ") has died");
-    }
-    return {};
-  }
-  // Not mapped yet: the pid its discovery published (same pid namespace) still tells a death.
-  const int32_t pid = join_.pids[static_cast<size_t>(r)];
-  if (pid > 0 && !processAlive(pid)) {
-    return c10::str(
-        "rank ", label(r), " (pid ", pid, ") has died (before it mapped the group's shared "
-        "memory: during the group's creation)");
-  }
-  return {};
-}
-
 std::byte* ShmTransport::slot(int r, uint64_t step) const {
   return data_ + (static_cast<size_t>(r) * 2 + (step & 1)) * slotBytes_;
 }
 
 std::string ShmTransport::opContext() const {
   return c10::str("dummy ", op_.describe(), " on rank ", label(rank_));
-}
-
-void ShmTransport::fail(const std::string& what) {
-  std::string message = c10::str(opContext(), ": ", what);
-  abort(message);
-  C10_THROW_ERROR(DistBackendError, message);
-}
-
-void ShmTransport::failOnThisRank(const std::string& error) {
-  fail(c10::str(
-      "rank ", label(rank_), " (pid ", ::getpid(), ") failed part way through the collective: ",
-      error, "; the group is unusable (its ranks would no longer agree on the collective's "
-      "steps)"));
-}
-
-void ShmTransport::abort(const std::string& reason) {
-  uint32_t expected = 0;
-  if (ctl_->aborted.compare_exchange_strong(expected, 1)) {
-    size_t n = std::min(reason.size(), kReasonBytes - 1);
-    std::memcpy(ctl_->abortReason, reason.data(), n);
-    ctl_->abortReason[n] = '\0';
-    ctl_->aborted.store(2);
-    // Nobody may join an aborted group: if a rank never mapped the segment (it died during
-    // init), its name would otherwise stay in /dev/shm once the creator is killed too.
-    segment_.unlink();
-  }
-  for (int r = 0; r < size_; ++r) {
-    futexWakeAll(futexWord(control(r).published));
-  }
 }
 
 void ShmTransport::beginOp(const OpDescriptor& op, std::chrono::milliseconds timeout) {
@@ -519,7 +265,7 @@ void ShmTransport::beginOp(const OpDescriptor& op, std::chrono::milliseconds tim
   }
   RankControl& mine = control(rank_);
   mine.desc[nextStep_ & 1] = op;
-  // One clock read per collective (~20-40 ns through the vDSO): who made whom wait.
+  // One clock read per collective (through the vDSO, no system call): who made whom wait.
   const int64_t now = arrivalClockNs();
   mine.arrivedNs[nextStep_ & 1] = now;
   arrival_ = {-1, 0, now};
@@ -535,7 +281,7 @@ const void* ShmTransport::readSlot(int r) const {
 }
 
 bool ShmTransport::sharePointers(const void* mine, const void** all) {
-  if (peerAccess_ == PeerAccess::kNo) {
+  if (peerAccess_.state() == PeerAccessVote::State::kNo) {
     return false;
   }
   *static_cast<const void**>(writeSlot()) = mine;
@@ -543,76 +289,24 @@ bool ShmTransport::sharePointers(const void* mine, const void** all) {
   for (int r = 0; r < size_; ++r) {
     all[r] = *static_cast<const void* const*>(readSlot(r));
   }
-  if (peerAccess_ == PeerAccess::kUndecided) {
+  if (peerAccess_.state() == PeerAccessVote::State::kUndecided) {
     // Every rank has connected (and published its probe word) before publishing a step. One
     // rank that cannot reach one peer turns peer access off for the whole group: an algorithm
     // reaches every rank, so it is all or nothing.
-    const bool mine = wantsPeerAccess();
+    const bool mine = peerAccess_.vote(&control(0), size_, rank_);
     *static_cast<uint8_t*>(writeSlot()) = mine ? 1 : 0;
     exchange();
     bool everyone = true;
     for (int r = 0; r < size_; ++r) {
       everyone = everyone && *static_cast<const uint8_t*>(readSlot(r)) != 0;
     }
-    peerAccess_ = everyone ? PeerAccess::kYes : PeerAccess::kNo;
-    if (DC_LOG_ENABLED(kInfo)) {
-      std::string why = "every rank reaches every other's memory";
-      if (!mine) {
-        why = !peerAccessWanted_ ? "peer_access is 0 on this rank"
-            : peerAccessMinSpeed_ > 0.0 && cross_memory::copySpeed() < peerAccessMinSpeed_
-            ? c10::str("this rank's cross-memory copy runs at ", std::setprecision(2),
-                       cross_memory::copySpeed(), " of memcpy's speed, below "
-                       "peer_access_min_speed ", peerAccessMinSpeed_)
-            : std::string("this rank cannot reach every peer's memory");
-      } else if (!everyone) {
-        why = "another rank voted against it";
-      }
-      DC_LOG(kInfo, label(rank_), hostLevel_.groupRanks.empty() ? "" : "host level: ",
-             "peer access ", everyone ? "on" : "off", " (", why, ")");
-    }
+    peerAccess_.decide(mine, everyone, label(rank_), logPrefix());
   }
-  return peerAccess_ == PeerAccess::kYes;
-}
-
-bool ShmTransport::wantsPeerAccess() const {
-  // Where the kernel copies slowly the slots win (on an AMD EPYC VM, at every size measured; see
-  // docs/design.md). Measuring costs ~0.2 ms once per process, and only when asked for.
-  return peerAccessWanted_ &&
-      (peerAccessMinSpeed_ <= 0.0 || cross_memory::copySpeed() >= peerAccessMinSpeed_) &&
-      canReachAllPeers();
-}
-
-bool ShmTransport::canReachAllPeers() const {
-  const RankControl& mine = control(rank_);
-  for (int r = 0; r < size_; ++r) {
-    const RankControl& peer = control(r);
-    if (r == rank_) {
-      continue;
-    }
-    // A pid from another pid namespace names some other process here, or none.
-    if (peer.pid <= 0 || peer.pidNamespace == 0 || peer.pidNamespace != mine.pidNamespace) {
-      return false;
-    }
-    auto* word = reinterpret_cast<void*>(peer.probeAddress);
-    uint64_t value = 0;
-    if (cross_memory::read(peer.pid, &value, word, sizeof(value)) != 0 ||
-        value != peer.probeValue ||
-        cross_memory::write(peer.pid, word, &value, sizeof(value)) != 0) {
-      return false;
-    }
-  }
-  return true;
+  return peerAccess_.state() == PeerAccessVote::State::kYes;
 }
 
 std::string ShmTransport::peerAccessState() const {
-  switch (peerAccess_.load(std::memory_order_relaxed)) {
-    case PeerAccess::kYes:
-      return "on";
-    case PeerAccess::kNo:
-      return "off";
-    default:
-      return "undecided";
-  }
+  return peerAccess_.describe();
 }
 
 void ShmTransport::readPeer(int r, void* local, const void* remote, size_t bytes) {
@@ -629,18 +323,6 @@ void ShmTransport::writePeer(int r, void* remote, const void* local, size_t byte
   }
 }
 
-void ShmTransport::failPeerAccess(int r, const char* what, size_t bytes, int error) {
-  const int32_t pid = control(r).pid;
-  // ESRCH: the process is gone, though /proc may not show it dead yet.
-  std::string problem =
-      error == ESRCH ? c10::str("rank ", label(r), " (pid ", pid, ") has died") : peerProblem(r);
-  fail(
-      problem.empty() ? c10::str(
-                            what, " ", bytes, " bytes of rank ", label(r), "'s tensor (pid ", pid,
-                            ") failed: ", std::strerror(error), "; the group is unusable")
-                      : problem + "; the group is unusable");
-}
-
 void ShmTransport::exchange() {
   const uint64_t step = nextStep_;
   if (faultStep_ != 0 && step - opFirstStep_ + 1 == static_cast<uint64_t>(faultStep_)) {
@@ -648,13 +330,13 @@ void ShmTransport::exchange() {
     fault_injection::fire(*fault_, c10::str("in ", opContext(), ", at its step ",
                                             step - opFirstStep_ + 1));
   }
-  const bool decided = coresDecided_.load(std::memory_order_relaxed);
+  const bool decided = cores_.decided();
   if (!decided) {
     // Read as late as this: ranks pinned after the group was made are pinned by now.
     control(rank_).cpus = affinityMask();
   }
-  if (policy().shareCores) {
-    noteCpu();
+  if (cores_.policy().shareCores) {
+    cores_.noteCpu();
   }
   std::atomic<uint64_t>& published = control(rank_).published;
   // seq_cst pairs with the waiters' sleepers increment: either they see this step or we see them.
@@ -702,7 +384,7 @@ void ShmTransport::waitFor(
       C10_THROW_ERROR(
           DistBackendError, c10::str(opContext(), ": the group was aborted (", abortReason(), ")"));
     }
-    // Reading the clock costs ~20-40 ns; amortise it over a few pause instructions (the first
+    // Reading the clock costs many pause instructions' worth; amortise it over a few (the first
     // time through reads it at once: a rank waited for on this core should get it at once).
     if ((spins++ & 15) != 0) {
       cpuRelax();
@@ -710,7 +392,7 @@ void ShmTransport::waitFor(
     }
     const auto now = Clock::now();
     if (!clock.started) {
-      clock = {true, now, now + policy().livenessPeriod};
+      clock = {true, now, now + cores_.policy().livenessPeriod};
       if (!opClockStarted_) {
         opClockStarted_ = true;
         opStart_ = now;
@@ -719,27 +401,9 @@ void ShmTransport::waitFor(
     }
     if (now >= clock.nextCheck) {
       check(now);
-      clock.nextCheck = now + policy().livenessPeriod;
+      clock.nextCheck = now + cores_.policy().livenessPeriod;
     }
-    const WaitPolicy& policy = this->policy();
-    WaitPhase phase = policy.phase(now - clock.start);
-    if (phase == WaitPhase::kSpin && policy.shareCores) {
-      noteCpu();
-      if (coreWanted()) {
-        phase = WaitPhase::kYield;
-      }
-    }
-    switch (phase) {
-      case WaitPhase::kSpin:
-        cpuRelax();
-        break;
-      case WaitPhase::kYield:
-        std::this_thread::yield();
-        break;
-      case WaitPhase::kSleep:
-        sleep();
-        break;
-    }
+    cores_.idle(now - clock.start, coreWanted, sleep);
   }
 }
 
@@ -796,77 +460,22 @@ void ShmTransport::decideCoreSharing() {
       all[w] |= cpus[w];
     }
   }
-  const int ranks = std::max(size_, hostLevel_.ranksOnMachine);
-  shareCores_.store(ranks > countCpus(all), std::memory_order_relaxed);
-  coresDecided_.store(true, std::memory_order_release);
-  DC_LOG(kInfo, label(rank_), hostLevel_.groupRanks.empty() ? "" : "host level: ",
-         "ranks share cores: ", ranks > countCpus(all) ? "yes" : "no", " (ranks on this "
-         "machine ", ranks, ", CPUs in their affinities ", countCpus(all), "); a wait spins ",
-         std::chrono::duration_cast<std::chrono::microseconds>(policy().spin).count(),
-         " us before it yields");
+  cores_.decide(all, label(rank_), logPrefix());
 }
 
 std::optional<bool> ShmTransport::sharesCores() const {
-  if (!coresDecided_.load(std::memory_order_acquire)) {
-    return std::nullopt;
-  }
-  return shareCores_.load(std::memory_order_relaxed);
-}
-
-void ShmTransport::noteCpu() {
-  const int cpu = ::sched_getcpu(); // glibc reads it from rseq: no syscall
-  if (cpu != cpu_) {
-    cpu_ = cpu;
-    control(rank_).cpu.store(cpu, std::memory_order_relaxed);
-  }
+  return cores_.sharesCores();
 }
 
 bool ShmTransport::awaitedRankSharesCore(uint64_t target, int from) const {
   for (int r = from; r < size_; ++r) {
     const RankControl& peer = control(r);
-    if (r != rank_ && peer.cpu.load(std::memory_order_relaxed) == cpu_ &&
+    if (r != rank_ && peer.cpu.load(std::memory_order_relaxed) == cores_.cpu() &&
         peer.published.load(std::memory_order_relaxed) < target) {
       return true;
     }
   }
   return false;
-}
-
-void ShmTransport::checkPeers(uint64_t step) {
-  const uint64_t target = step + 1;
-  std::vector<int> missing;
-  for (int r = 0; r < size_; ++r) {
-    if (control(r).published.load(std::memory_order_acquire) < target) {
-      missing.push_back(r);
-    }
-  }
-  for (int r : missing) {
-    // A pid means something only in our pid namespace; elsewhere only the timeout can tell.
-    std::string problem = peerProblem(r);
-    if (!problem.empty()) {
-      fail(problem + "; the group is unusable");
-    }
-  }
-  if (Clock::now() >= deadline_) {
-    failTimedOut(c10::str(
-        "ranks ",
-        c10::Join(", ", labels(missing)),
-        " to arrive (step ",
-        step - opFirstStep_ + 1,
-        " of the collective); a rank that never calls it, or calls collectives in a different "
-        "order, causes this"));
-  }
-}
-
-void ShmTransport::failTimedOut(const std::string& waitingFor) {
-  const auto now = Clock::now();
-  fail(c10::str(
-      "timed out after ",
-      std::chrono::duration_cast<std::chrono::milliseconds>(now - opStart_).count(),
-      " ms (its timeout is ",
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - opStart_).count(),
-      " ms) waiting for ",
-      waitingFor));
 }
 
 void ShmTransport::checkDescriptors(uint64_t step) const {

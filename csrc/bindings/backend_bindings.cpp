@@ -43,7 +43,7 @@ namespace dummy_collectives::bindings {
 
 void bindBackends(py::module_& m) {
   using dummy_collectives::GroupJoin;
-  using dummy_collectives::HostLevelOf;
+  using dummy_collectives::Placement;
   using dummy_collectives::Lowering;
   using dummy_collectives::ShmLowering;
   using dummy_collectives::hierarchy::Topology;
@@ -66,7 +66,7 @@ void bindBackends(py::module_& m) {
             std::shared_ptr<Lowering> lowering;
             if (own->mode == dummy_collectives::Mode::kReal) {
               lowering = std::make_shared<ShmLowering>(
-                  store, rank, size, own, GroupJoin{own->timeout, std::move(pids)}, HostLevelOf{},
+                  store, rank, size, own, GroupJoin{own->timeout, std::move(pids)}, Placement{},
                   dummy_collectives::debug_log::Site{rank, &own->group_name, true});
             }
             return c10::make_intrusive<DummyBackend>(

@@ -145,7 +145,7 @@ TwoLevelLowering::TwoLevelLowering(
       topology_.localSize(),
       options_,
       GroupJoin{options_->timeout, {}},
-      HostLevelOf{topology_.ranksOn(topology_.host()), ranksOnMachine},
+      Placement{topology_.ranksOn(topology_.host()), ranksOnMachine},
       debug_log::Site{rank, &options_->group_name, false});
   health_ = std::make_unique<GroupHealth>(
       store,

@@ -31,7 +31,7 @@ class ShmLowering final : public Lowering {
       int size,
       c10::intrusive_ptr<BackendOptions> options,
       GroupJoin join,
-      HostLevelOf placement,
+      Placement placement,
       debug_log::Site site);
   ~ShmLowering() override;
 

@@ -11,8 +11,10 @@
 
 #include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/fault_injection.hpp>
+#include <dummy_collectives/peer_access.hpp>
 #include <dummy_collectives/shm_segment.hpp>
 #include <dummy_collectives/transport.hpp>
+#include <dummy_collectives/wait_policy.hpp>
 
 namespace dummy_collectives {
 
@@ -30,38 +32,6 @@ struct P2pChannel {
   size_t bytes;
 };
 
-// How a rank waits for its peers. Busy polling gives the lowest latency while ranks have a core
-// each; once ranks outnumber cores, polling steals the core the awaited peer needs, so the wait
-// yields (at once when the awaited rank last ran on this CPU) and then sleeps on a futex that
-// the publishing rank wakes.
-//
-// The spin budget is long (1 ms) when ranks have a core each: a peer that is merely late (still
-// in Python, or briefly preempted by another process) costs microseconds to wait for by
-// polling, but a yield hands the core to whatever else is runnable for a whole scheduler slice.
-// That is what DeepSpeed's and Open MPI's shared-memory paths do too (they poll indefinitely).
-//
-// Whether ranks outnumber cores is a property of the group, not of one rank: ranks pinned to a
-// core each (taskset, numactl, a launcher's CPU binding) may each run on one CPU, yet no two
-// share one. So every rank publishes the CPUs it may run on, and the group compares its size
-// with their union once every rank has published (its first exchange).
-// What a waiting rank does next: busy-poll, yield its core, or sleep.
-enum class WaitPhase { kSpin, kYield, kSleep };
-
-struct WaitPolicy {
-  std::chrono::nanoseconds spin{std::chrono::milliseconds(1)};
-  std::chrono::nanoseconds yield{std::chrono::milliseconds(2)};
-  // How often a long wait checks that the ranks it waits for are still alive.
-  std::chrono::nanoseconds livenessPeriod{std::chrono::milliseconds(50)};
-  // Ranks outnumber cores: a wait hands its core over at once to a rank it waits for that
-  // last ran on this CPU (that rank cannot publish while we hold the core).
-  bool shareCores = false;
-
-  // spinMicros: BackendOptions::spinMicros (-1 picks the budget from shareCores).
-  static WaitPolicy make(bool shareCores, long spinMicros);
-  // After `waited`: spin first, then yield, then sleep.
-  WaitPhase phase(Clock::duration waited) const;
-};
-
 // A value every rank of a group must share, such as a threshold that picks the algorithm (ranks
 // that picked different algorithms would exchange different steps). Checked at connect: a rank
 // whose value differs from rank 0's raises a ValueError naming `what`.
@@ -70,14 +40,17 @@ struct GroupSetting {
   uint64_t value;
 };
 
-// Where a group is the host level of a group that spans hosts (HierarchicalBackend); empty for
-// a group of its own.
-struct HostLevelOf {
-  // The whole group's rank of each rank of this one: what messages call it.
+// Where this transport's ranks stand: how its messages name them, and how many ranks share this
+// machine's CPUs. Empty (the default) for a group of its own, whose ranks are named by their
+// rank in it; set where the transport carries one host of a group that spans hosts
+// (HierarchicalBackend).
+struct Placement {
+  // The whole group's rank of each rank of this transport: what messages call it (empty: its own
+  // ranks).
   std::vector<int> groupRanks;
   // Ranks of the whole group on this machine (hosts made of namespaces share one): when they
   // outnumber the CPUs, waits hand their core over rather than poll, as when this group's own
-  // ranks outnumber them (see WaitPolicy).
+  // ranks outnumber them (see WaitPolicy). 0: only this transport's ranks.
   int ranksOnMachine = 0;
 };
 
@@ -93,6 +66,10 @@ struct GroupJoin {
 // The CPU transport: one shared-memory segment per process group. Rank 0 creates it and
 // publishes its name through the group's Store; once every rank has mapped it, the last one
 // to map removes the name.
+//
+// By concern: the segment and the step protocol are in shm_transport.cpp, the segment's layout
+// in csrc/shm_layout.hpp, liveness and the group's abort in shm_liveness.cpp, how waits spend
+// their time in wait_policy.hpp, and the group's vote on peer access in peer_access.hpp.
 class ShmTransport final : public Transport {
  public:
   ShmTransport(
@@ -105,7 +82,7 @@ class ShmTransport final : public Transport {
       double peerAccessMinSpeed, // BackendOptions::peerAccessMinSpeed
       std::vector<GroupSetting> settings,
       GroupJoin join = {},
-      HostLevelOf hostLevel = {});
+      Placement placement = {});
   ~ShmTransport() override;
 
   int rank() const override {
@@ -144,9 +121,9 @@ class ShmTransport final : public Transport {
   // Why the group can no longer be used (it was aborted); empty while it can. Any thread.
   std::string brokenReason() const;
   // The rank messages name for rank r: its rank in the whole group where this transport serves
-  // one host of a group that spans several (HostLevelOf), else r.
+  // one host of a group that spans several (Placement), else r.
   int label(int r) const {
-    return hostLevel_.groupRanks.empty() ? r : hostLevel_.groupRanks[r];
+    return placement_.groupRanks.empty() ? r : placement_.groupRanks[r];
   }
 
   // Who made whom wait in the collective this thread ran last (see arrival.hpp): complete once its
@@ -166,6 +143,8 @@ class ShmTransport final : public Transport {
   static constexpr size_t kMinFallbackSlotBytes = size_t{64} << 10;
 
  private:
+  // The segment and the step protocol (shm_transport.cpp).
+  //
   // Rank 0: creates the segment, with smaller slots where /dev/shm cannot hold the asked-for
   // ones (and says so in the debug log); raises, telling every rank, where even the smallest
   // does not fit. Returns the slot size it used.
@@ -173,11 +152,7 @@ class ShmTransport final : public Transport {
   // Ranks other than 0: rank 0's published segment name, settings and slot size; raises if rank
   // 0 dies (or failed to create it) before, or the group's timeout passes.
   std::string awaitSegment(const c10::intrusive_ptr<c10d::Store>& store) const;
-  // Rank r's pid: from its control block once it has mapped the segment, else from discovery.
-  int32_t pidOf(int r) const;
   RankControl& control(int r) const;
-  std::string abortReason() const;
-  std::vector<int> labels(const std::vector<int>& ranks) const;
   std::byte* slot(int r, uint64_t step) const;
   // Waits until every rank has published `step`; raises on abort, timeout or a dead peer.
   void waitAll(uint64_t step);
@@ -188,64 +163,60 @@ class ShmTransport final : public Transport {
     Clock::time_point nextCheck;
   };
   // The loop every wait shares: polls `ready` until it holds -- spinning, then yielding, then
-  // calling `sleep`, as the policy says for the time since the wait began -- raising if the
-  // group is aborted, and calling `check` (which raises when waiting is pointless) every
-  // liveness period. The op's own clock (its deadline) starts with its first such wait.
+  // calling `sleep`, as the policy says for the time since the wait began (CoreSharing::idle)
+  // -- raising if the group is aborted, and calling `check` (which raises when waiting is
+  // pointless) every liveness period. The op's own clock (its deadline) starts with its first
+  // such wait.
   template <typename Ready, typename CoreWanted, typename Check, typename Sleep>
   void waitFor(
       WaitClock& clock, Ready&& ready, CoreWanted&& coreWanted, Check&& check, Sleep&& sleep);
-  // The policy a wait starting now follows.
-  const WaitPolicy& policy() const {
-    return policies_[shareCores_.load(std::memory_order_relaxed) ? 1 : 0];
-  }
   // After the group's first exchange: whether its ranks outnumber the union of their CPUs.
   void decideCoreSharing();
-  // Where ranks share cores: record the CPU this rank runs on, for its peers' waits.
-  void noteCpu();
   // Whether a rank from `from` on that has not yet published `target` last ran on our CPU.
   bool awaitedRankSharesCore(uint64_t target, int from) const;
-  void checkPeers(uint64_t step);
-  // Whether this rank can read and write every peer's memory (once every rank has connected).
-  bool canReachAllPeers() const;
-  // This rank's vote on peer access: asked for, fast enough here, every peer reachable.
-  bool wantsPeerAccess() const;
-  // Raises (aborting the group) for a failed read or write of a peer's memory.
-  [[noreturn]] void failPeerAccess(int r, const char* what, size_t bytes, int error);
   void checkDescriptors(uint64_t step) const;
   // After a collective's first exchange: who arrived last, from every rank's arrival stamp.
   void noteArrivals(uint64_t step);
+  std::string opContext() const;
+  // What log lines of this transport start with after the rank: whose level it is.
+  const char* logPrefix() const {
+    return placement_.groupRanks.empty() ? "" : "host level: ";
+  }
+
+  // Liveness and the group's abort (shm_liveness.cpp).
+  //
+  // Rank r's pid: from its control block once it has mapped the segment, else from discovery.
+  int32_t pidOf(int r) const;
+  std::string abortReason() const;
+  std::vector<int> labels(const std::vector<int>& ranks) const;
+  // Raises (aborting the group) where a rank that has not yet published step `step + 1` died, or
+  // the op's deadline passed.
+  void checkPeers(uint64_t step);
+  // Raises (aborting the group) for a failed read or write of a peer's memory.
+  [[noreturn]] void failPeerAccess(int r, const char* what, size_t bytes, int error);
   [[noreturn]] void fail(const std::string& what);
   [[noreturn]] void failTimedOut(const std::string& waitingFor);
-  std::string opContext() const;
 
   int rank_;
   int size_;
   size_t slotBytes_;
-  // Indexed by shareCores_: deciding the sharing flips one atomic, which sharesCores() may read
-  // from any thread, instead of rewriting a policy's fields. (Point-to-point waits do not use
-  // these: the p2p engine polls with its own back-off.)
-  WaitPolicy policies_[2];
-  std::atomic<bool> shareCores_{false};
-  std::atomic<bool> coresDecided_{false};
+  // How this rank's waits spend their time, as the group's sharing of cores has it.
+  CoreSharing cores_;
   ShmSegment segment_;
   ControlBlock* ctl_ = nullptr;
   std::byte* data_ = nullptr;
 
   // Whether the ranks read each other's memory for large transfers: asked for (by the option,
   // on this rank), then decided by the group on first use, alike on every rank.
-  enum class PeerAccess : uint8_t { kUndecided, kYes, kNo };
-  bool peerAccessWanted_;
-  double peerAccessMinSpeed_;
-  std::atomic<PeerAccess> peerAccess_{PeerAccess::kUndecided};
+  PeerAccessVote peerAccess_;
 
-  HostLevelOf hostLevel_;
+  Placement placement_;
   GroupJoin join_;
   // DUMMY_COLLECTIVES_FAULT_INJECT (tests): the fault this rank injects, and the step of the
   // current collective at which it fires (0: none). Never set for a host level, whose
   // collectives are steps of its group's (HierarchicalBackend injects those).
   std::optional<fault_injection::Fault> fault_;
   int faultStep_ = 0;
-  int cpu_ = -1; // the CPU noteCpu() last saw
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps
   uint64_t opFirstStep_ = 0;
   OpDescriptor op_;
