@@ -80,7 +80,7 @@ if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.i
     # Hopper, plus PTX for newer GPUs.
     os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0+PTX"
 sources = listed("sources.txt") + (listed("cuda_sources.txt") if with_cuda else [])
-sources += listed("binding_sources.txt")  # the Python module (csrc/bindings/)
+sources += listed("binding_sources.txt")  # the Python module (csrc/c10d/bindings/)
 # setuptools skips an extension whose sources are older than the built library; headers count too.
 headers = sorted(
     str(path.relative_to(ROOT))
@@ -120,7 +120,9 @@ extension_type = CUDAExtension if with_cuda else CppExtension
 extension = extension_type(
     name="dummy_collectives._C",
     sources=sources,
-    include_dirs=[str(ROOT / "include")],
+    # include/: the public headers (the face and the lowering interface); csrc/: the private
+    # ones, beside their code ("shm/shm_transport.hpp").
+    include_dirs=[str(ROOT / "include"), str(ROOT / "csrc")],
     define_macros=macros,
     depends=headers,
     # No symbol table or debug sections: the library is loaded, not linked against, and its

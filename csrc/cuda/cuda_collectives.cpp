@@ -8,11 +8,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <dummy_collectives/cuda/device_algorithms.hpp>
-#include <dummy_collectives/cuda/device_reduce.hpp>
-#include <dummy_collectives/cuda/ipc_transport.hpp>
+#include "cuda/device_algorithms.hpp"
+#include "cuda/device_reduce.hpp"
+#include "cuda/ipc_transport.hpp"
 #include <dummy_collectives/device_collectives.hpp>
-#include <dummy_collectives/work.hpp>
+#include "c10d/work.hpp"
 
 namespace dummy_collectives::cuda {
 namespace {

@@ -1,12 +1,12 @@
-#include <dummy_collectives/cuda/device_algorithms.hpp>
+#include "cuda/device_algorithms.hpp"
 
 #include <algorithm>
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/util/StringUtil.h>
 
-#include <dummy_collectives/cuda/device_reduce.hpp>
-#include <dummy_collectives/cuda/peer_memory.hpp>
+#include "cuda/device_reduce.hpp"
+#include "cuda/peer_memory.hpp"
 
 namespace dummy_collectives::cuda {
 namespace {

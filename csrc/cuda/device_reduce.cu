@@ -1,6 +1,6 @@
 // The CUDA reduction kernels: one grid-stride kernel per (dtype, fold operation), the sources
 // passed by value (a peer's buffer is just another pointer once CUDA IPC has mapped it).
-#include <dummy_collectives/cuda/device_reduce.hpp>
+#include "cuda/device_reduce.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include <dummy_collectives/cuda/ipc_transport.hpp>
+#include "cuda/ipc_transport.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include <dummy_collectives/cuda/peer_memory.hpp>
+#include "cuda/peer_memory.hpp"
 
 #include <cstring>
 

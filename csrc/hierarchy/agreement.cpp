@@ -1,4 +1,4 @@
-#include <dummy_collectives/hierarchy/agreement.hpp>
+#include "hierarchy/agreement.hpp"
 
 #include <algorithm>
 #include <chrono>

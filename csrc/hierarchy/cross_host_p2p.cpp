@@ -1,4 +1,4 @@
-#include <dummy_collectives/hierarchy/cross_host_p2p.hpp>
+#include "hierarchy/cross_host_p2p.hpp"
 
 #include <cstring>
 #include <vector>

@@ -1,4 +1,4 @@
-#include <dummy_collectives/hierarchy/group_health.hpp>
+#include "hierarchy/group_health.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include <dummy_collectives/hierarchy/in_host.hpp>
+#include "hierarchy/in_host.hpp"
 
 #include <mutex>
 #include <string>
@@ -7,8 +7,8 @@
 #include <ATen/record_function.h>
 
 #include <dummy_collectives/debug_log.hpp>
-#include <dummy_collectives/engine.hpp>
-#include <dummy_collectives/work.hpp>
+#include "c10d/engine.hpp"
+#include "c10d/work.hpp"
 
 namespace dummy_collectives::hierarchy {
 namespace {

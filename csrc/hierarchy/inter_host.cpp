@@ -1,4 +1,4 @@
-#include <dummy_collectives/hierarchy/inter_host.hpp>
+#include "hierarchy/inter_host.hpp"
 
 #include <condition_variable>
 #include <mutex>

@@ -1,4 +1,4 @@
-#include <dummy_collectives/hierarchy/topology.hpp>
+#include "hierarchy/topology.hpp"
 
 #include <signal.h>
 

@@ -1,4 +1,4 @@
-#include <dummy_collectives/hierarchy/two_level.hpp>
+#include "hierarchy/two_level.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -10,9 +10,9 @@
 #include <torch/csrc/distributed/c10d/exception.h>
 
 #include <dummy_collectives/debug_log.hpp>
-#include <dummy_collectives/hierarchy/agreement.hpp>
-#include <dummy_collectives/hierarchy/pipeline.hpp>
-#include <dummy_collectives/reduce_kernel.hpp>
+#include "hierarchy/agreement.hpp"
+#include "hierarchy/pipeline.hpp"
+#include "kernels/reduce_kernel.hpp"
 
 namespace dummy_collectives::hierarchy::two_level {
 namespace {

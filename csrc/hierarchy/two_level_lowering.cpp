@@ -1,7 +1,7 @@
 // The lowering of a group that spans hosts: which two-level algorithm (two_level.cpp) each
 // collective is, what a collective of the group does around it (the agreement's arrival, the
 // store watcher, the fault injection of tests), and point-to-point across hosts.
-#include <dummy_collectives/hierarchy/two_level_lowering.hpp>
+#include "hierarchy/two_level_lowering.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -14,11 +14,11 @@
 
 #include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/flight_recorder.hpp>
-#include <dummy_collectives/hierarchy/agreement.hpp>
-#include <dummy_collectives/hierarchy/cross_host_p2p.hpp>
-#include <dummy_collectives/hierarchy/in_host.hpp>
-#include <dummy_collectives/hierarchy/two_level.hpp>
-#include <dummy_collectives/this_process.hpp>
+#include "hierarchy/agreement.hpp"
+#include "hierarchy/cross_host_p2p.hpp"
+#include "hierarchy/in_host.hpp"
+#include "hierarchy/two_level.hpp"
+#include "c10d/this_process.hpp"
 
 namespace dummy_collectives::hierarchy {
 namespace {

@@ -1,0 +1,585 @@
+// The c10d face of every group: what each collective checks (argument_checks.cpp) and which
+// lowering step it is (lowering.hpp); how a collective is issued lives in backend_submission.cpp.
+#include <dummy_collectives/backend.hpp>
+
+#include <unistd.h>
+
+#include <c10/util/Exception.h>
+
+#include "c10d/argument_checks.hpp"
+#include <dummy_collectives/debug_log.hpp>
+#include "c10d/exit_registry.hpp"
+#include "c10d/monitored_barrier.hpp"
+#include <dummy_collectives/param_comms.hpp>
+#include "c10d/this_process.hpp"
+
+#include "c10d/backend_submission.hpp"
+#include "c10d/host_staging.hpp"
+
+namespace dummy_collectives {
+namespace {
+
+const char* zeroModeUnsupported =
+    " is not available in zero mode (DUMMY_COLLECTIVES_MODE=zero reproduces PyTorch's "
+    "tutorial backend, which implements only allreduce and allgather)";
+
+// What the exit flush needs of a live group. Weak references: they must not keep a destroyed
+// group's threads and shared memory alive.
+class GroupExitHandle final : public ExitHandle {
+ public:
+  GroupExitHandle(
+      std::weak_ptr<Engine> engine,
+      std::weak_ptr<Lowering> lowering,
+      flight_recorder::Group* recorded)
+      : engine_(std::move(engine)), lowering_(std::move(lowering)), recorded_(recorded) {}
+
+  bool drain() override {
+    // Declared so that they are released engine first, lowering last (as ~DummyBackend does).
+    auto lowering = lowering_.lock();
+    auto engine = engine_.lock();
+    if (!engine || !lowering) {
+      return false; // destroyed meanwhile
+    }
+    engine->drain();
+    lowering->finishForExit();
+    // A rank whose group failed while it was elsewhere (it skipped the collective its peers
+    // timed out in) learns it here at the latest: its dump is part of the job's.
+    const std::string broken = lowering->brokenReason();
+    if (!broken.empty()) {
+      flight_recorder::dumpOnFailure(recorded_, broken);
+    }
+    return true;
+  }
+  void abort(const std::string& reason) override {
+    if (auto lowering = lowering_.lock()) {
+      lowering->abort(reason);
+    }
+  }
+
+ private:
+  std::weak_ptr<Engine> engine_;
+  std::weak_ptr<Lowering> lowering_;
+  flight_recorder::Group* recorded_; // null: not recorded (kept by the recorder for good)
+};
+
+// Tensors as the lowerings take them: contiguous, in host memory (HostStaging).
+std::vector<int64_t> bytesPerRank(const std::vector<int64_t>& rows, size_t rowBytes) {
+  std::vector<int64_t> bytes;
+  for (int64_t n : rows) {
+    bytes.push_back(n * static_cast<int64_t>(rowBytes));
+  }
+  return bytes;
+}
+
+} // namespace
+
+DummyBackend::DummyBackend(
+    int rank,
+    int size,
+    c10::intrusive_ptr<BackendOptions> options,
+    std::shared_ptr<Lowering> lowering,
+    std::vector<int64_t> globalRanks)
+    : c10d::Backend(rank, size),
+      options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
+      lowering_(std::move(lowering)),
+      pid_(thisProcessId()) {
+  engine_ = std::make_shared<Engine>(Engine::Timing{});
+  if (lowering_) {
+    fr_ = flight_recorder::registerGroup(options_->group_name, std::move(globalRanks), rank, size);
+    exitHandle_ = std::make_shared<GroupExitHandle>(engine_, lowering_, fr_.get());
+    registerForExit(exitHandle_, options_->timeout, rank);
+  }
+  traceSite_ = {rank, &options_->group_name, true};
+  if (DC_LOG_ENABLED(kInfo)) {
+    logCreation();
+  }
+}
+
+DummyBackend::~DummyBackend() {
+  if (::getpid() != pid_) {
+    // A forked child (that exits normally): the engine threads exist only in the parent and
+    // their mutexes and condition variables may be in any state; joining or destroying them
+    // hangs. The shared memory is the parent's. Leave it all to the parent.
+    new std::shared_ptr<Engine>(std::move(engine_));
+    new std::shared_ptr<Lowering>(std::move(lowering_));
+    return;
+  }
+  engine_.reset(); // runs what is still queued, while the lowering is alive
+  if (fr_ && lowering_ && !lowering_->brokenReason().empty()) {
+    // As at exit: a rank that was not in the failed collective dumps when it lets go.
+    flight_recorder::dumpOnFailure(fr_.get(), lowering_->brokenReason());
+  }
+}
+
+void DummyBackend::logCreation() const {
+  const int me = getRank();
+  const std::string& name = options_->group_name;
+  const auto hosts = lowering_ ? lowering_->hosts() : std::vector<std::vector<int>>{{}};
+  DC_LOG(kInfo, me, "group", name.empty() ? "" : " " + name, ": rank ", getRank(), " of ",
+         getSize(), hosts.size() == 1 ? ", all on one host" : c10::str(" on ", hosts.size(), " hosts"),
+         ", mode ", modeName(mode()), lowering_ ? lowering_->rankPlacement() : std::string());
+  if (lowering_) {
+    lowering_->logCreation(me);
+  }
+}
+
+void DummyBackend::abort() {
+  if (lowering_) {
+    lowering_->abort(c10::str(
+        "rank ", getRank(), " (pid ", pid_, ") aborted the process group (ProcessGroup.abort)"));
+  }
+}
+
+void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
+  options_->timeout = timeout;
+  if (lowering_) {
+    lowering_->setTimeout(timeout);
+  }
+}
+
+void DummyBackend::requireCreator(const char* collective) const {
+  requireCreatorProcess(pid_, collective, getRank());
+}
+
+void DummyBackend::requireReal(const char* collective) const {
+  TORCH_CHECK(mode() == Mode::kReal, "dummy ", collective, zeroModeUnsupported);
+}
+
+std::string DummyBackend::brokenReason() const {
+  return lowering_ ? lowering_->brokenReason() : std::string();
+}
+
+WaitLedger::Totals DummyBackend::waitTotals() const {
+  if (!lowering_) { // zero mode: nothing waits
+    WaitLedger::Totals none;
+    none.timesLast.assign(getSize(), 0);
+    none.waitedForNs.assign(getSize(), 0);
+    return none;
+  }
+  return lowering_->waitTotals();
+}
+
+void DummyBackend::resetWaits() {
+  if (lowering_) {
+    lowering_->resetWaits();
+  }
+}
+
+Checker DummyBackend::checker(const char* collective) const {
+  requireCreator(collective);
+  return Checker(collective, getRank(), getSize());
+}
+
+// ---- The collectives ---------------------------------------------------------------------------
+// Each: check on the caller's thread, then one body that stages the tensors into contiguous host
+// memory (HostStaging: in place where they already are) and runs its lowering step.
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == c10::kSparse) {
+    return allreduce_sparse(tensors, opts); // gloo's dispatch: the frontend sends both here
+  }
+  const CheckedReduction checked = checks::allreduce(checker("allreduce"), tensors, opts.reduceOp);
+  if (mode() == Mode::kZero) {
+    return zeroed(c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors);
+  }
+  OpDescriptor op = checked.op;
+  const ReduceSpec& spec = checked.specs[0];
+  if (DeviceCollectives* device = deviceFor(tensors)) {
+    if (getSize() == 1 && !spec.premul) {
+      // Nothing moves and nothing changes (AVG divides by one): no device work to order, as
+      // NCCL does for one rank.
+      flight_recorder::completed(stamp(op, tensors, tensors, opts.timeout).record);
+      return DummyWork::completed(getRank(), c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors);
+    }
+    return submitDevice(
+        *device, op, c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors, tensors, issued(opts),
+        [tensor = tensors[0], spec](DeviceCollectives& d, Transport& t) mutable {
+          d.allreduce(t, tensor, spec);
+        });
+  }
+  return submit(
+      op, c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors, tensors, issued(opts),
+      [staged = HostStaging(tensors[0]), r = Reduction{opts.reduceOp, spec}](
+          Lowering& l, const OpContext& c) mutable {
+        l.allreduce(c, staged.acquire(/*copyIn=*/true), r);
+        staged.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_sparse(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceOptions& opts) {
+  const OpDescriptor op =
+      checks::allreduceSparse(checker("allreduce_sparse"), tensors, opts.reduceOp);
+  requireReal("allreduce_sparse");
+  return submit(
+      op, c10d::OpType::_ALLREDUCE_SPARSE, "dummy:sparse_all_reduce", tensors, tensors,
+      issued(opts), [tensor = tensors[0]](Lowering& l, const OpContext& c) mutable {
+        // Replaces the tensor's indices and values with the sum's (gloo does the same).
+        tensor.copy_(l.allreduceSparse(c, tensor));
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  CheckedReduction checked =
+      checks::allreduceCoalesced(checker("allreduce_coalesced"), tensors, opts.reduceOp);
+  requireReal("allreduce_coalesced");
+  return submit(
+      checked.op, c10d::OpType::ALLREDUCE_COALESCED, "dummy:allreduce_coalesced", tensors,
+      tensors, issued(opts),
+      [staged = HostStagingList(tensors), op = opts.reduceOp, specs = std::move(checked.specs)](
+          Lowering& l, const OpContext& c) mutable {
+        std::vector<at::Tensor> hosts = staged.acquire(/*copyIn=*/true);
+        l.allreduceCoalesced(c, hosts, op, specs);
+        staged.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::reduce(
+    std::vector<at::Tensor>& tensors,
+    const c10d::ReduceOptions& opts) {
+  const CheckedReduction checked = checks::reduce(checker("reduce"), tensors, opts);
+  requireReal("reduce");
+  const int root = static_cast<int>(opts.rootRank);
+  return submit(
+      checked.op, c10d::OpType::REDUCE, "dummy:reduce", tensors, tensors, issued(opts),
+      [staged = HostStaging(tensors[0]), r = Reduction{opts.reduceOp, checked.specs[0]}, root,
+       isRoot = root == getRank()](Lowering& l, const OpContext& c) mutable {
+        l.reduce(c, staged.acquire(/*copyIn=*/true), r, root);
+        staged.release(/*copyOut=*/isRoot);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::broadcast(
+    std::vector<at::Tensor>& tensors,
+    const c10d::BroadcastOptions& opts) {
+  const OpDescriptor op = checks::broadcast(checker("broadcast"), tensors, opts);
+  requireReal("broadcast");
+  const int root = static_cast<int>(opts.rootRank);
+  if (DeviceCollectives* device = deviceFor(tensors)) {
+    return submitDevice(
+        *device, op, c10d::OpType::BROADCAST, "dummy:broadcast", tensors, tensors, issued(opts),
+        [tensor = tensors[0], root](DeviceCollectives& d, Transport& t) mutable {
+          d.broadcast(t, tensor, root);
+        });
+  }
+  return submit(
+      op, c10d::OpType::BROADCAST, "dummy:broadcast", tensors, tensors, issued(opts),
+      [staged = HostStaging(tensors[0]), root, isRoot = root == getRank()](
+          Lowering& l, const OpContext& c) mutable {
+        l.broadcast(c, staged.acquire(/*copyIn=*/isRoot), root);
+        staged.release(/*copyOut=*/!isRoot);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  const OpDescriptor op = checks::allgather(checker("allgather"), outputTensors, inputTensors);
+  std::vector<at::Tensor>& outputs = outputTensors[0];
+  if (mode() == Mode::kZero) {
+    return zeroed(c10d::OpType::ALLGATHER, "dummy:all_gather", outputs);
+  }
+  const at::Tensor& input = inputTensors[0];
+  std::vector<at::Tensor> touched(outputs);
+  touched.push_back(input);
+  if (DeviceCollectives* device = deviceFor(touched)) {
+    return submitDevice(
+        *device, op, c10d::OpType::ALLGATHER, "dummy:all_gather", inputTensors, outputs,
+        issued(opts), [input, outputs](DeviceCollectives& d, Transport& t) mutable {
+          d.allgather(t, outputs, input);
+        });
+  }
+  return submit(
+      op, c10d::OpType::ALLGATHER, "dummy:all_gather", inputTensors, outputs, issued(opts),
+      [in = HostStaging(input), out = HostStagingList(outputs)](
+          Lowering& l, const OpContext& c) mutable {
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        l.allgather(c, in.acquire(/*copyIn=*/true), hostOut);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::AllgatherOptions& opts) {
+  const OpDescriptor op =
+      checks::allgatherBase(checker("_allgather_base"), outputBuffer, inputBuffer);
+  requireReal("_allgather_base");
+  if (DeviceCollectives* device = deviceFor({inputBuffer, outputBuffer})) {
+    return submitDevice(
+        *device, op, c10d::OpType::_ALLGATHER_BASE, "dummy:_allgather_base", {inputBuffer},
+        {outputBuffer}, issued(opts),
+        [input = inputBuffer, output = outputBuffer](DeviceCollectives& d, Transport& t) mutable {
+          d.allgatherBase(t, output, input);
+        });
+  }
+  return submit(
+      op, c10d::OpType::_ALLGATHER_BASE, "dummy:_allgather_base", {inputBuffer}, {outputBuffer},
+      issued(opts),
+      [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer)](
+          Lowering& l, const OpContext& c) mutable {
+        l.allgatherInto(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false));
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputTensorLists,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  const OpDescriptor op = checks::allgatherCoalesced(
+      checker("allgather_coalesced"), outputTensorLists, inputTensors);
+  requireReal("allgather_coalesced");
+  const std::vector<at::Tensor> outputs = flatten(outputTensorLists); // by rank, then by input
+  return submit(
+      op, c10d::OpType::ALLGATHER_COALESCED, "dummy:all_gather_coalesced", inputTensors, outputs,
+      issued(opts),
+      [in = HostStagingList(inputTensors), out = HostStagingList(outputs)](
+          Lowering& l, const OpContext& c) mutable {
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        l.allgatherCoalesced(c, in.acquire(/*copyIn=*/true), hostOut, /*byRank=*/true);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const OpDescriptor op = checks::allgatherIntoTensorCoalesced(
+      checker("allgather_into_tensor_coalesced"), outputs, inputs);
+  requireReal("allgather_into_tensor_coalesced");
+  return submit(
+      op, c10d::OpType::COALESCED, "dummy:all_gather_into_tensor_coalesced", inputs, outputs,
+      issued(opts),
+      [in = HostStagingList(inputs), out = HostStagingList(outputs)](
+          Lowering& l, const OpContext& c) mutable {
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        l.allgatherCoalesced(c, in.acquire(/*copyIn=*/true), hostOut, /*byRank=*/false);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::GatherOptions& opts) {
+  std::vector<at::Tensor> outputs;
+  const OpDescriptor op =
+      checks::gather(checker("gather"), outputTensors, inputTensors, opts, outputs);
+  requireReal("gather");
+  return submit(
+      op, c10d::OpType::GATHER, "dummy:gather", inputTensors, outputs, issued(opts),
+      [in = HostStaging(inputTensors[0]), out = HostStagingList(outputs), root = op.root](
+          Lowering& l, const OpContext& c) mutable {
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        l.gather(c, in.acquire(/*copyIn=*/true), hostOut, root);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ScatterOptions& opts) {
+  std::vector<at::Tensor> inputs;
+  const OpDescriptor op =
+      checks::scatter(checker("scatter"), outputTensors, inputTensors, opts, inputs);
+  requireReal("scatter");
+  return submit(
+      op, c10d::OpType::SCATTER, "dummy:scatter", inputs, outputTensors, issued(opts),
+      [in = HostStagingList(inputs), out = HostStaging(outputTensors[0]), root = op.root](
+          Lowering& l, const OpContext& c) mutable {
+        l.scatter(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), root);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ReduceScatterOptions& opts) {
+  const CheckedReduction checked = checks::reduceScatter(
+      checker("reduce_scatter"), outputTensors, inputTensors, opts.reduceOp);
+  requireReal("reduce_scatter");
+  return submit(
+      checked.op, c10d::OpType::REDUCE_SCATTER, "dummy:reduce_scatter", inputTensors[0],
+      outputTensors, issued(opts),
+      [in = HostStagingList(inputTensors[0]), out = HostStaging(outputTensors[0]),
+       r = Reduction{opts.reduceOp, checked.specs[0]}](Lowering& l, const OpContext& c) mutable {
+        l.reduceScatter(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), r);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::_reduce_scatter_base(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> outputs{outputBuffer};
+  std::vector<at::Tensor> inputs{inputBuffer};
+  return reduceScatterTensors(outputs, inputs, opts, /*coalesced=*/false);
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  return reduceScatterTensors(outputs, inputs, opts, /*coalesced=*/true);
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts,
+    bool coalesced) {
+  const char* collective =
+      coalesced ? "reduce_scatter_tensor_coalesced" : "_reduce_scatter_base";
+  CheckedReduction checked =
+      checks::reduceScatterTensors(checker(collective), outputs, inputs, opts.reduceOp, coalesced);
+  requireReal(collective);
+  DeviceCollectives* device = coalesced ? nullptr : deviceFor({inputs[0], outputs[0]});
+  if (device != nullptr) {
+    OpDescriptor op = checked.op;
+    op.layout = 0; // the device path's descriptor carries no layout (one tensor)
+    return submitDevice(
+        *device, op, c10d::OpType::_REDUCE_SCATTER_BASE, "dummy:_reduce_scatter_base", inputs,
+        outputs, issued(opts),
+        [input = inputs[0], output = outputs[0], spec = checked.specs[0]](
+            DeviceCollectives& d, Transport& t) mutable {
+          d.reduceScatterBase(t, output, input, spec);
+        });
+  }
+  return submit(
+      checked.op, coalesced ? c10d::OpType::COALESCED : c10d::OpType::_REDUCE_SCATTER_BASE,
+      coalesced ? "dummy:reduce_scatter_tensor_coalesced" : "dummy:_reduce_scatter_base", inputs,
+      outputs, issued(opts),
+      [in = HostStagingList(inputs), out = HostStagingList(outputs), op = opts.reduceOp,
+       specs = std::move(checked.specs)](Lowering& l, const OpContext& c) mutable {
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        l.reduceScatterTensors(c, in.acquire(/*copyIn=*/true), hostOut, op, specs);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes,
+    const c10d::AllToAllOptions& opts) {
+  const CheckedAlltoall checked = checks::alltoallBase(
+      checker("alltoall_base"), outputBuffer, inputBuffer, outputSplitSizes, inputSplitSizes);
+  requireReal("alltoall_base");
+  return submit(
+      checked.op, c10d::OpType::ALLTOALL_BASE, "dummy:all_to_all", {inputBuffer},
+      {outputBuffer}, issued(opts),
+      [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer),
+       sendBytes = bytesPerRank(checked.sendRows, checked.sendRowBytes),
+       recvBytes = bytesPerRank(checked.recvRows, checked.recvRowBytes)](
+          Lowering& l, const OpContext& c) mutable {
+        l.alltoall(
+            c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), sendBytes, recvBytes);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      },
+      SplitSizes{inputSplitSizes, outputSplitSizes});
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllToAllOptions& opts) {
+  const OpDescriptor op = checks::alltoall(checker("alltoall"), outputTensors, inputTensors);
+  requireReal("alltoall");
+  return submit(
+      op, c10d::OpType::ALLTOALL, "dummy:all_to_all", inputTensors, outputTensors, issued(opts),
+      [in = HostStagingList(inputTensors), out = HostStagingList(outputTensors)](
+          Lowering& l, const OpContext& c) mutable {
+        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
+        l.alltoallLists(c, in.acquire(/*copyIn=*/true), hostOut);
+        in.release(/*copyOut=*/false);
+        out.release(/*copyOut=*/true);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions& opts) {
+  requireCreator("barrier");
+  requireReal("barrier");
+  return submit(
+      OpDescriptor{}, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, issued(opts),
+      [](Lowering& l, const OpContext& c) { l.barrier(c); });
+}
+
+void DummyBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  requireCreator("monitoredBarrier");
+  requireReal("monitoredBarrier");
+  dummy_collectives::monitoredBarrier(*this, opts, waitAllRanks, options_->timeout);
+}
+
+// ---- Point-to-point ----------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::send(
+    std::vector<at::Tensor>& tensors,
+    int dstRank,
+    int tag) {
+  checks::send(checker("send"), tensors, dstRank);
+  requireReal("send");
+  return lowering_->send(tensors, pointToPoint("send", "dummy:send", dstRank, tag, tensors));
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::recv(
+    std::vector<at::Tensor>& tensors,
+    int srcRank,
+    int tag) {
+  checks::recv(checker("recv"), tensors, srcRank);
+  return receive(tensors, srcRank, tag, "recv");
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::recvAnysource(
+    std::vector<at::Tensor>& tensors,
+    int tag) {
+  const Checker check = checker("recvAnysource");
+  checks::recv(check, tensors, std::nullopt);
+  if (lowering_) {
+    const size_t hosts = lowering_->hosts().size();
+    // A message may come through shared memory or through a cross-host engine, and neither
+    // lets a posted receive be withdrawn once the other one matched: a receive from any source
+    // could take two.
+    check.require(
+        hosts == 1,
+        "receiving from any source is not supported in a group whose ranks span ", hosts,
+        " hosts; pass the source rank (torch.distributed.recv(tensor, src=...))");
+  }
+  return receive(tensors, -1, tag, "recvAnysource");
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::receive(
+    std::vector<at::Tensor>& tensors,
+    int srcRank,
+    int tag,
+    const char* what) {
+  requireReal(what);
+  checker(what).writable(tensors);
+  return lowering_->recv(
+      tensors,
+      pointToPoint(
+          what, srcRank < 0 ? "dummy:recvAnySource" : "dummy:recv", srcRank, tag, tensors));
+}
+
+} // namespace dummy_collectives

@@ -1,0 +1,81 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include "hierarchy/group_health.hpp"
+#include <dummy_collectives/op_context.hpp>
+#include "hierarchy/topology.hpp"
+
+namespace dummy_collectives::hierarchy {
+
+// The level between hosts: an existing engine (gloo for CPU tensors) over some ranks of the
+// group, `members[i]` being the group rank of its rank i. Two-level algorithms move only bytes
+// through it (contiguous uint8 tensors) and fold with dummy's own reduction kernels, so every
+// dtype and ReduceOp keeps the one-host semantics whatever the engine supports.
+//
+// wait() is where the cross-host failure model lives: the engine cannot be interrupted, so a
+// waiting rank watches the group's health (GroupHealth) and its deadline, and gives the wait up
+// when the group failed elsewhere.
+class InterHostEngine {
+ public:
+  InterHostEngine(
+      c10::intrusive_ptr<c10d::Backend> backend,
+      std::vector<int> members,
+      const Topology& topology,
+      GroupHealth& health);
+
+  c10d::Backend& operator*() const {
+    return *backend_;
+  }
+  c10d::Backend* operator->() const {
+    return backend_.get();
+  }
+  const c10::intrusive_ptr<c10d::Backend>& backend() const {
+    return backend_;
+  }
+  int rank() const {
+    return backend_->getRank();
+  }
+  int size() const {
+    return backend_->getSize();
+  }
+  const std::vector<int>& members() const {
+    return members_;
+  }
+
+  // Byte-level operations (asynchronous; wait() completes them).
+  // out (size() * in.numel() bytes) receives every member's `in`, in member order.
+  c10::intrusive_ptr<c10d::Work> allgather(at::Tensor& out, at::Tensor& in) const;
+  // in and out: size() equal parts; member d receives part d of everyone's `in`, in order.
+  c10::intrusive_ptr<c10d::Work> alltoall(at::Tensor& out, at::Tensor& in) const;
+  // Like alltoall, with per-member part sizes (bytes).
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      at::Tensor& out,
+      at::Tensor& in,
+      std::vector<int64_t> outSplits,
+      std::vector<int64_t> inSplits) const;
+  c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& data, int root) const;
+
+  // Waits for `work` of this engine. Raises (failing the group) if it failed -- naming the
+  // dead rank where the group learns it -- if the group failed elsewhere meanwhile, or past the
+  // collective's deadline.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const;
+
+ private:
+  // Why the engine failed, for the message: the peer it names, if any.
+  std::string describeFailure(const std::string& engineError) const;
+
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  std::vector<int> members_;
+  const Topology& topology_;
+  GroupHealth& health_;
+};
+
+// A contiguous tensor's bytes as a 1-D uint8 tensor (the engines move bytes).
+at::Tensor bytesOf(const at::Tensor& tensor);
+
+} // namespace dummy_collectives::hierarchy

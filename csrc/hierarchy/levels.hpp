@@ -1,0 +1,39 @@
+#pragma once
+
+#include <cstddef>
+
+#include "hierarchy/group_health.hpp"
+#include "hierarchy/in_host.hpp"
+#include "hierarchy/inter_host.hpp"
+#include "hierarchy/topology.hpp"
+
+namespace dummy_collectives::hierarchy {
+
+// Settings every rank of a group that spans hosts shares (checked at group creation).
+struct HierarchySettings {
+  // Collectives whose data fits travel with the cross-host agreement: one exchange in all.
+  size_t inlineBytes; // BackendOptions::interHostInlineBytes (its default: options_table.def)
+  // Large messages cross hosts in pieces of this size, each piece's in-host stage overlapping
+  // the previous piece's cross-host stage.
+  size_t chunkBytes; // BackendOptions::interHostChunkBytes
+};
+
+// Everything a two-level algorithm runs on.
+struct Levels {
+  const Topology& topology;
+  InHostLevel& host;
+  // This rank's rail: the ranks with its local rank, one per host. Null where the topology is
+  // not uniform and this rank is not its host's leader (local rank 0); leaders' rail is then
+  // the one cross-host level of the two-level algorithms.
+  InterHostEngine* rail;
+  // Every rank of the group: what has no two-level form (gather, scatter, all-to-all, p2p).
+  InterHostEngine& everyone;
+  GroupHealth& health;
+  HierarchySettings settings;
+
+  bool leader() const {
+    return topology.localRank() == 0;
+  }
+};
+
+} // namespace dummy_collectives::hierarchy

@@ -1,0 +1,118 @@
+#pragma once
+
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "hierarchy/levels.hpp"
+#include <dummy_collectives/reduce_ops.hpp>
+
+// The collectives of a group that spans hosts, written once against Levels: the host's level
+// (shared memory) inside each host, a cross-host engine between hosts. Every function takes
+// contiguous host tensors and starts with the agreement (agreement.hpp) unless its name says
+// `Data` (the caller agreed already, as coalesced collectives do once for all their tensors).
+//
+// Uniform topologies (every host runs L ranks) use every rank's rail: rank (h, k) exchanges
+// across hosts only with the ranks (h', k), so each of the L rails carries 1/L of the traffic
+// and the fold work. Otherwise the hosts' leaders carry the cross-host stage (reduce to the
+// leader, exchange among leaders, broadcast inside the host). Large messages are cut into
+// chunks and pipelined (pipeline.hpp). Folds across hosts use dummy's reduction kernels in host
+// order, so results are bit-identical on every rank.
+namespace dummy_collectives::hierarchy::two_level {
+
+// Pipelines cut a message into at least kMinChunks chunks of at least kMinChunkBytes, at most
+// inter_host_chunk_bytes each: on a link slower than memory the in-host stages of one chunk then
+// hide behind the cross-host stage of another, and only the first chunk's reduce-scatter and the
+// last one's all-gather are exposed; large messages keep large chunks, fewer operations on the
+// engine. Fewer chunks, or a larger least size, left a 1 Gbit/s link idle around the exposed
+// stages; more chunks cost unshaped links a core hand-off per operation (docs/benchmarks.md,
+// "Chunk size and count").
+constexpr int64_t kMinChunks = 8;
+constexpr size_t kMinChunkBytes = size_t{256} << 10;
+
+// In place; every dtype and ReduceOp of the one-host path (AVG divides the total once).
+void allreduce(
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& data,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec);
+void allreduceData(
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& data,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec);
+
+// Only `root` receives the result; every other rank's tensor is left as it was.
+void reduce(
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& data,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec,
+    int root);
+
+void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root);
+
+// output (size() * input.numel() elements) receives every rank's input, in rank order.
+void allgather(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output);
+void allgatherData(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output);
+
+// output (n elements) receives part rank() of the reduction of every rank's input (size() * n
+// elements, part d for rank d).
+void reduceScatter(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec);
+void reduceScatterData(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const c10d::ReduceOp& op,
+    const ReduceSpec& spec);
+
+void barrier(const Levels& levels, const OpContext& ctx);
+
+// Through the engine over every rank, after the agreement (no two-level form pays for these).
+// On root, outputs[r] receives rank r's input; elsewhere outputs is empty.
+void gather(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    std::vector<at::Tensor>& outputs,
+    int root);
+// Rank r receives root's inputs[r]; elsewhere inputs is empty.
+void scatter(
+    const Levels& levels,
+    const OpContext& ctx,
+    std::vector<at::Tensor>& inputs,
+    at::Tensor& output,
+    int root);
+// Rank r's bytes [sendOffsets[d], +sendBytes[d]) of `input` land in rank d's `output` at its
+// recvOffsets[r]. Every rank's sizes are checked against its peers' first (an exchange over the
+// engine), so mismatched splits raise on every rank before data moves.
+void alltoall(
+    const Levels& levels,
+    const OpContext& ctx,
+    const at::Tensor& input,
+    at::Tensor& output,
+    const std::vector<int64_t>& sendBytes,
+    const std::vector<int64_t>& recvBytes);
+// The sum of every rank's sparse COO tensor, as gloo computes it.
+at::Tensor allreduceSparse(const Levels& levels, const OpContext& ctx, const at::Tensor& input);
+
+} // namespace dummy_collectives::hierarchy::two_level
