@@ -116,7 +116,8 @@ void DummyBackend::logCreation() const {
   const std::string& name = options_->group_name;
   const auto hosts = lowering_ ? lowering_->hosts() : std::vector<std::vector<int>>{{}};
   DC_LOG(kInfo, me, "group", name.empty() ? "" : " " + name, ": rank ", getRank(), " of ",
-         getSize(), hosts.size() == 1 ? ", all on one host" : c10::str(" on ", hosts.size(), " hosts"),
+         getSize(),
+         hosts.size() == 1 ? ", all on one host" : c10::str(" on ", hosts.size(), " hosts"),
          ", mode ", modeName(mode()), lowering_ ? lowering_->rankPlacement() : std::string());
   if (lowering_) {
     lowering_->logCreation(me);

@@ -43,7 +43,11 @@ DummyBackend::Stamp DummyBackend::stamp(
       record = flight_recorder::record(fr_.get(), info, inputs, outputs);
     }
   }
-  return {limit, observed, record};
+  OpContext call;
+  call.op = op;
+  call.rank = getRank();
+  call.timeout = limit;
+  return {call, observed, record};
 }
 
 void DummyBackend::requireWritable(

@@ -53,10 +53,6 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     const SplitSizes& splits) {
   requireWritable(op, outputs);
   const Stamp stamped = stamp(op, inputs, outputs, issue.timeout, splits);
-  OpContext call;
-  call.op = op;
-  call.rank = getRank();
-  call.timeout = stamped.limit;
   const auto issuedAt = debug_log::issueTime();
   if (issue.blocking && !stamped.observed) {
     // The caller waits for this Work next thing: with nothing queued ahead, run it here. That
@@ -67,9 +63,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     Lowering& lowering = *lowering_;
     const bool ran = engine_->runNow([&] {
       try {
-        runCollective(running(), call, issuedAt, stamped.record, nullptr, [&](OpContext& c) {
-          lowering.run(c, [&] { body(lowering, c); });
-        });
+        runCollective(
+            running(), stamped.call, issuedAt, stamped.record, nullptr,
+            [&](OpContext& c) { lowering.run(c, [&] { body(lowering, c); }); });
       } catch (...) {
         error = std::current_exception();
       }
@@ -82,7 +78,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
   // lowering outlives the engine that runs bodies (~DummyBackend), the flight recorder's group
   // every backend (the recorder keeps it).
   auto shared = std::make_shared<Body>(std::move(body));
-  auto run = [group = running(), call, shared, issuedAt, record = stamped.record,
+  auto run = [group = running(), call = stamped.call, shared, issuedAt, record = stamped.record,
               waits = waitRecord(stamped.observed, profilingTitle)](DummyWork&) {
     runCollective(group, call, issuedAt, record, waits.get(), [&](OpContext& c) {
       group.lowering->run(c, [&] { (*shared)(*group.lowering, c); });
@@ -104,17 +100,13 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
   op.path = DataPath::kCudaIpc;
   requireWritable(op, outputs);
   const Stamp stamped = stamp(op, inputs, outputs, issue.timeout);
-  OpContext call;
-  call.op = op;
-  call.rank = getRank();
-  call.timeout = stamped.limit;
   const auto issuedAt = debug_log::issueTime();
   std::vector<at::Tensor> touched(inputs);
   touched.insert(touched.end(), outputs.begin(), outputs.end());
   auto ticket = device.submit(touched);
   // Traced until the host's part is done; the device's part completes later, on its stream.
   // The flight recorder too marks it completed when the host's part is done.
-  auto run = [group = running(), call, ticket, body = std::move(body), issuedAt,
+  auto run = [group = running(), call = stamped.call, ticket, body = std::move(body), issuedAt,
               record = stamped.record,
               waits = waitRecord(stamped.observed, profilingTitle)](DummyWork& work) mutable {
     runCollective(group, call, issuedAt, record, waits.get(), [&](OpContext& c) {

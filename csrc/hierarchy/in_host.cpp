@@ -26,7 +26,8 @@ const char* stepTitle(CollectiveKind kind) {
   return title.c_str();
 }
 
-OpDescriptor stepOf(CollectiveKind kind, const at::Tensor& tensor, const ReduceSpec* spec, int root) {
+OpDescriptor stepOf(
+    CollectiveKind kind, const at::Tensor& tensor, const ReduceSpec* spec, int root) {
   OpDescriptor op;
   op.kind = kind;
   op.dtype = static_cast<int32_t>(tensor.scalar_type());

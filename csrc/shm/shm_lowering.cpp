@@ -320,7 +320,8 @@ void ShmLowering::barrier(const OpContext&) {
 // ---- Device tensors ----------------------------------------------------------------------------
 
 DeviceCollectives* ShmLowering::deviceFor(const std::vector<at::Tensor>& tensors) {
-  const bool takes = device_ && !tensors.empty() && tensors[0].is_cuda() && device_->accepts(tensors);
+  const bool takes =
+      device_ && !tensors.empty() && tensors[0].is_cuda() && device_->accepts(tensors);
   return takes ? device_.get() : nullptr;
 }
 

@@ -195,7 +195,7 @@ class DummyBackend final : public c10d::Backend {
   void requireWritable(const OpDescriptor& op, const std::vector<at::Tensor>& outputs) const;
   // What stamp() found out about a collective.
   struct Stamp {
-    std::chrono::milliseconds limit; // how long it may take
+    OpContext call; // the collective as its lowering runs it (numbered, with its time limit)
     bool observed; // a profiler (or another RecordFunction observer) listens
     uint64_t record; // its flight recorder entry (0: none)
   };
@@ -265,7 +265,11 @@ class DummyBackend final : public c10d::Backend {
   // Numbers a point-to-point operation and records it (record_param_comms, the flight
   // recorder), whichever level carries it.
   PointToPoint pointToPoint(
-      const char* what, const char* title, int peer, int tag, const std::vector<at::Tensor>& tensors);
+      const char* what,
+      const char* title,
+      int peer,
+      int tag,
+      const std::vector<at::Tensor>& tensors);
   c10::intrusive_ptr<c10d::Work> receive(
       std::vector<at::Tensor>& tensors,
       int srcRank,
