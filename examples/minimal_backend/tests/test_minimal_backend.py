@@ -207,8 +207,13 @@ def test_futures_carry_outputs_and_the_store_does_not_grow() -> None:
     for result in run_ranks(2, futures_and_store):
         assert result["value"] == [[3.0] * 5]
         assert result["gathered"] == [[0, 0], [1, 1]]
+        # Each rank deletes its previous key once it read its peers', so at rest the store holds
+        # at most one key per rank and group, give or take the one a peer has yet to delete
+        # when it is counted: the count may differ by the world size, never by the 200 keys
+        # that 100 collectives would leave.
         before, after = result["keys"]
-        assert after <= before, f"the store grew from {before} to {after} keys in 100 collectives"
+        grew = f"the store grew from {before} to {after} keys in 100 collectives"
+        assert after <= before + 2, grew
         assert result["names"] == ("minimal", "minimal")
 
 
