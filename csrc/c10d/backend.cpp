@@ -62,7 +62,7 @@ class GroupExitHandle final : public ExitHandle {
   flight_recorder::Group* recorded_; // null: not recorded (kept by the recorder for good)
 };
 
-// Tensors as the lowerings take them: contiguous, in host memory (HostStaging).
+// All-to-all's split sizes as the lowerings take them: bytes per rank, from the checked rows.
 std::vector<int64_t> bytesPerRank(const std::vector<int64_t>& rows, size_t rowBytes) {
   std::vector<int64_t> bytes;
   for (int64_t n : rows) {
@@ -202,9 +202,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
   }
   return submit(
       op, c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors, tensors, issued(opts),
-      [staged = HostStaging(tensors[0]), r = Reduction{opts.reduceOp, spec}](
-          Lowering& l, const OpContext& c) mutable {
-        l.allreduce(c, staged.acquire(/*copyIn=*/true), r);
+      [staged = HostStaging(tensors[0]), spec](Lowering& l, const OpContext& c) mutable {
+        l.allreduce(c, staged.acquire(/*copyIn=*/true), spec);
         staged.release(/*copyOut=*/true);
       });
 }
@@ -232,10 +231,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
   return submit(
       checked.op, c10d::OpType::ALLREDUCE_COALESCED, "dummy:allreduce_coalesced", tensors,
       tensors, issued(opts),
-      [staged = HostStagingList(tensors), op = opts.reduceOp, specs = std::move(checked.specs)](
+      [staged = HostStagingList(tensors), specs = std::move(checked.specs)](
           Lowering& l, const OpContext& c) mutable {
         std::vector<at::Tensor> hosts = staged.acquire(/*copyIn=*/true);
-        l.allreduceCoalesced(c, hosts, op, specs);
+        l.allreduceCoalesced(c, hosts, specs);
         staged.release(/*copyOut=*/true);
       });
 }
@@ -248,9 +247,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce(
   const int root = static_cast<int>(opts.rootRank);
   return submit(
       checked.op, c10d::OpType::REDUCE, "dummy:reduce", tensors, tensors, issued(opts),
-      [staged = HostStaging(tensors[0]), r = Reduction{opts.reduceOp, checked.specs[0]}, root,
+      [staged = HostStaging(tensors[0]), spec = checked.specs[0], root,
        isRoot = root == getRank()](Lowering& l, const OpContext& c) mutable {
-        l.reduce(c, staged.acquire(/*copyIn=*/true), r, root);
+        l.reduce(c, staged.acquire(/*copyIn=*/true), spec, root);
         staged.release(/*copyOut=*/isRoot);
       });
 }
@@ -420,8 +419,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter(
       checked.op, c10d::OpType::REDUCE_SCATTER, "dummy:reduce_scatter", inputTensors[0],
       outputTensors, issued(opts),
       [in = HostStagingList(inputTensors[0]), out = HostStaging(outputTensors[0]),
-       r = Reduction{opts.reduceOp, checked.specs[0]}](Lowering& l, const OpContext& c) mutable {
-        l.reduceScatter(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), r);
+       spec = checked.specs[0]](Lowering& l, const OpContext& c) mutable {
+        l.reduceScatter(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), spec);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });
@@ -469,10 +468,10 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
       checked.op, coalesced ? c10d::OpType::COALESCED : c10d::OpType::_REDUCE_SCATTER_BASE,
       coalesced ? "dummy:reduce_scatter_tensor_coalesced" : "dummy:_reduce_scatter_base", inputs,
       outputs, issued(opts),
-      [in = HostStagingList(inputs), out = HostStagingList(outputs), op = opts.reduceOp,
+      [in = HostStagingList(inputs), out = HostStagingList(outputs),
        specs = std::move(checked.specs)](Lowering& l, const OpContext& c) mutable {
         std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        l.reduceScatterTensors(c, in.acquire(/*copyIn=*/true), hostOut, op, specs);
+        l.reduceScatterTensors(c, in.acquire(/*copyIn=*/true), hostOut, specs);
         in.release(/*copyOut=*/false);
         out.release(/*copyOut=*/true);
       });

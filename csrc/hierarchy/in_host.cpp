@@ -96,7 +96,7 @@ Pending InHostLevel::reduceScatter(
       ctx, stepOf(CollectiveKind::kReduceScatterBase, input, &spec, -1), Step::kFollowing,
       [output, input, spec](ShmLowering& shm, const OpContext& call) mutable {
         std::vector<at::Tensor> outputs{output};
-        shm.reduceScatterTensors(call, {input}, outputs, c10d::ReduceOp(), {spec});
+        shm.reduceScatterTensors(call, {input}, outputs, {spec});
       });
 }
 
@@ -113,7 +113,7 @@ Pending InHostLevel::reduce(
   return post(
       ctx, stepOf(CollectiveKind::kReduce, data, &spec, root), Step::kFollowing,
       [data, root, spec](ShmLowering& shm, const OpContext& call) mutable {
-        shm.reduce(call, data, Reduction{c10d::ReduceOp(), spec}, root);
+        shm.reduce(call, data, spec, root);
       });
 }
 

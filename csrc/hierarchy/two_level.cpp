@@ -300,8 +300,7 @@ class CrossHostReduction {
 // given, is finished just before the first cross-host step: the first reduce-scatter (which
 // writes only scratch) overlaps the leaders' exchange.
 void allreduceOnRails(
-    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const c10d::ReduceOp& op,
-    const ReduceSpec& spec, Agreement* agreement) {
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec, Agreement* agreement) {
   const int L = levels.host.size();
   const int H = levels.rail->size();
   debug_log::note("on the rails");
@@ -355,8 +354,7 @@ void allreduceOnRails(
 // Hosts of different sizes: per chunk, reduce to the host's leader, the cross-host reduction
 // among the leaders, a broadcast inside the host.
 void allreduceThroughLeaders(
-    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const c10d::ReduceOp& op,
-    const ReduceSpec& spec) {
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
   const int H = levels.topology.hostCount();
   debug_log::note("through the leaders");
   const Chunking plan(
@@ -405,19 +403,18 @@ void allreduceData(
     const Levels& levels,
     const OpContext& ctx,
     at::Tensor& data,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec,
     Agreement* agreement) {
   at::Tensor flat = data.view(-1);
   if (levels.topology.uniform()) {
-    allreduceOnRails(levels, ctx, flat, op, spec, agreement);
+    allreduceOnRails(levels, ctx, flat, spec, agreement);
     return;
   }
   // Through the leaders the first stage reduces into the leader's own tensor: agree first.
   if (agreement != nullptr) {
     agreement->finish();
   }
-  allreduceThroughLeaders(levels, ctx, flat, op, spec);
+  allreduceThroughLeaders(levels, ctx, flat, spec);
 }
 
 } // namespace
@@ -426,16 +423,14 @@ void allreduceData(
     const Levels& levels,
     const OpContext& ctx,
     at::Tensor& data,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec) {
-  allreduceData(levels, ctx, data, op, spec, nullptr);
+  allreduceData(levels, ctx, data, spec, nullptr);
 }
 
 void allreduce(
     const Levels& levels,
     const OpContext& ctx,
     at::Tensor& data,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec) {
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
   if (bytes > levels.settings.inlineBytes) {
@@ -443,7 +438,7 @@ void allreduce(
     if (!agreement.hostAgrees()) {
       agreement.finish(); // raises: this host's ranks called different collectives
     }
-    allreduceData(levels, ctx, data, op, spec, &agreement);
+    allreduceData(levels, ctx, data, spec, &agreement);
     return;
   }
   // Small: the data rides with the agreement. Each host folds its ranks' payloads, then every
@@ -467,12 +462,11 @@ void reduce(
     const Levels& levels,
     const OpContext& ctx,
     at::Tensor& data,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec,
     int root) {
   // The two-level allreduce on a copy: the root keeps the result, the others their input.
   at::Tensor scratch = data.clone();
-  allreduce(levels, ctx, scratch, op, spec);
+  allreduce(levels, ctx, scratch, spec);
   if (levels.topology.rank() == root) {
     data.copy_(scratch);
   }
@@ -676,7 +670,6 @@ void reduceScatterData(
     const OpContext& ctx,
     const at::Tensor& input,
     at::Tensor& output,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec) {
   const Topology& topology = levels.topology;
   at::Tensor in = input.reshape(-1);
@@ -759,10 +752,9 @@ void reduceScatter(
     const OpContext& ctx,
     const at::Tensor& input,
     at::Tensor& output,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec) {
   agree(levels, ctx);
-  reduceScatterData(levels, ctx, input, output, op, spec);
+  reduceScatterData(levels, ctx, input, output, spec);
 }
 
 void barrier(const Levels& levels, const OpContext& ctx) {

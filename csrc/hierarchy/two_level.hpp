@@ -36,13 +36,11 @@ void allreduce(
     const Levels& levels,
     const OpContext& ctx,
     at::Tensor& data,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec);
 void allreduceData(
     const Levels& levels,
     const OpContext& ctx,
     at::Tensor& data,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec);
 
 // Only `root` receives the result; every other rank's tensor is left as it was.
@@ -50,7 +48,6 @@ void reduce(
     const Levels& levels,
     const OpContext& ctx,
     at::Tensor& data,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec,
     int root);
 
@@ -75,14 +72,12 @@ void reduceScatter(
     const OpContext& ctx,
     const at::Tensor& input,
     at::Tensor& output,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec);
 void reduceScatterData(
     const Levels& levels,
     const OpContext& ctx,
     const at::Tensor& input,
     at::Tensor& output,
-    const c10d::ReduceOp& op,
     const ReduceSpec& spec);
 
 void barrier(const Levels& levels, const OpContext& ctx);

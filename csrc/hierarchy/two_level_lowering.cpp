@@ -292,14 +292,14 @@ void TwoLevelLowering::run(OpContext& call, const std::function<void()>& collect
   }
 }
 
-void TwoLevelLowering::allreduce(const OpContext& call, at::Tensor& data, const Reduction& r) {
-  two_level::allreduce(*levels_, call, data, r.op, r.spec);
+void TwoLevelLowering::allreduce(
+    const OpContext& call, at::Tensor& data, const ReduceSpec& spec) {
+  two_level::allreduce(*levels_, call, data, spec);
 }
 
 void TwoLevelLowering::allreduceCoalesced(
     const OpContext& call,
     std::vector<at::Tensor>& data,
-    const c10d::ReduceOp& op,
     const std::vector<ReduceSpec>& specs) {
   agree(*levels_, call);
   for (const auto& [dtype, members] : byDtype(data)) {
@@ -308,7 +308,7 @@ void TwoLevelLowering::allreduceCoalesced(
       flat.push_back(data[i].reshape(-1));
     }
     at::Tensor all = at::cat(flat);
-    two_level::allreduceData(*levels_, call, all, op, specs[members[0]]);
+    two_level::allreduceData(*levels_, call, all, specs[members[0]]);
     int64_t offset = 0;
     for (size_t i : members) {
       data[i].view(-1).copy_(all.narrow(0, offset, data[i].numel()));
@@ -322,8 +322,8 @@ at::Tensor TwoLevelLowering::allreduceSparse(const OpContext& call, const at::Te
 }
 
 void TwoLevelLowering::reduce(
-    const OpContext& call, at::Tensor& data, const Reduction& r, int root) {
-  two_level::reduce(*levels_, call, data, r.op, r.spec, root);
+    const OpContext& call, at::Tensor& data, const ReduceSpec& spec, int root) {
+  two_level::reduce(*levels_, call, data, spec, root);
 }
 
 void TwoLevelLowering::broadcast(const OpContext& call, at::Tensor& data, int root) {
@@ -380,27 +380,26 @@ void TwoLevelLowering::reduceScatter(
     const OpContext& call,
     const std::vector<at::Tensor>& inputs,
     at::Tensor& output,
-    const Reduction& r) {
+    const ReduceSpec& spec) {
   std::vector<at::Tensor> parts;
   for (const at::Tensor& t : inputs) {
     parts.push_back(t.reshape(-1));
   }
-  two_level::reduceScatter(*levels_, call, at::cat(parts), output, r.op, r.spec);
+  two_level::reduceScatter(*levels_, call, at::cat(parts), output, spec);
 }
 
 void TwoLevelLowering::reduceScatterTensors(
     const OpContext& call,
     const std::vector<at::Tensor>& inputs,
     std::vector<at::Tensor>& outputs,
-    const c10d::ReduceOp& op,
     const std::vector<ReduceSpec>& specs) {
   if (call.op.kind == CollectiveKind::kReduceScatterBase) {
-    two_level::reduceScatter(*levels_, call, inputs[0], outputs[0], op, specs[0]);
+    two_level::reduceScatter(*levels_, call, inputs[0], outputs[0], specs[0]);
     return;
   }
   agree(*levels_, call);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    two_level::reduceScatterData(*levels_, call, inputs[i], outputs[i], op, specs[i]);
+    two_level::reduceScatterData(*levels_, call, inputs[i], outputs[i], specs[i]);
   }
 }
 
@@ -466,7 +465,6 @@ c10::intrusive_ptr<c10d::Work> TwoLevelLowering::send(
 
 c10::intrusive_ptr<c10d::Work> TwoLevelLowering::recv(
     std::vector<at::Tensor>& tensors, const PointToPoint& p2p) {
-  TORCH_CHECK(p2p.peer >= 0, "dummy_collectives: a group across hosts has no recvAnysource");
   if (sameHost(p2p.peer)) {
     PointToPoint local = p2p;
     local.peer = topology_.localRankOf(p2p.peer);

@@ -67,11 +67,11 @@ std::vector<algorithms::Span> spansOf(const std::vector<at::Tensor>& tensors) {
 
 // Consecutive ranges of `tensor`'s bytes, `sizes[r]` bytes for rank r.
 std::vector<algorithms::Span> spansOf(const at::Tensor& tensor, const std::vector<int64_t>& sizes) {
-  auto* at = static_cast<std::byte*>(tensor.data_ptr());
+  auto* next = static_cast<std::byte*>(tensor.data_ptr());
   std::vector<algorithms::Span> spans;
   for (int64_t bytes : sizes) {
-    spans.push_back({at, static_cast<size_t>(bytes)});
-    at += bytes;
+    spans.push_back({next, static_cast<size_t>(bytes)});
+    next += bytes;
   }
   return spans;
 }
@@ -111,10 +111,7 @@ ShmLowering::ShmLowering(
   device_ = makeDeviceCollectives(store, rank, size, *options_);
 }
 
-ShmLowering::~ShmLowering() {
-  p2p_.reset(); // its thread reads the transport
-  device_.reset();
-}
+ShmLowering::~ShmLowering() = default; // members go in reverse order: the transport last
 
 std::vector<std::vector<int>> ShmLowering::hosts() const {
   std::vector<int> ranks(transport_->size());
@@ -214,14 +211,13 @@ void ShmLowering::run(OpContext& call, const std::function<void()>& collective) 
   }
 }
 
-void ShmLowering::allreduce(const OpContext&, at::Tensor& data, const Reduction& r) {
-  algorithms::allreduce(*transport_, data, r.spec, allreducePlan(), *workers_);
+void ShmLowering::allreduce(const OpContext&, at::Tensor& data, const ReduceSpec& spec) {
+  algorithms::allreduce(*transport_, data, spec, allreducePlan(), *workers_);
 }
 
 void ShmLowering::allreduceCoalesced(
     const OpContext&,
     std::vector<at::Tensor>& data,
-    const c10d::ReduceOp&,
     const std::vector<ReduceSpec>& specs) {
   for (size_t i = 0; i < data.size(); ++i) {
     algorithms::allreduce(*transport_, data[i], specs[i], allreducePlan(), *workers_);
@@ -232,8 +228,8 @@ at::Tensor ShmLowering::allreduceSparse(const OpContext&, const at::Tensor& inpu
   return algorithms::allreduceSparse(*transport_, input);
 }
 
-void ShmLowering::reduce(const OpContext&, at::Tensor& data, const Reduction& r, int root) {
-  algorithms::reduce(*transport_, data, r.spec, root, options_->oneShotMaxBytes, *workers_);
+void ShmLowering::reduce(const OpContext&, at::Tensor& data, const ReduceSpec& spec, int root) {
+  algorithms::reduce(*transport_, data, spec, root, options_->oneShotMaxBytes, *workers_);
 }
 
 void ShmLowering::broadcast(const OpContext&, at::Tensor& data, int root) {
@@ -283,15 +279,14 @@ void ShmLowering::reduceScatter(
     const OpContext&,
     const std::vector<at::Tensor>& inputs,
     at::Tensor& output,
-    const Reduction& r) {
-  algorithms::reduceScatter(*transport_, inputs, output, r.spec);
+    const ReduceSpec& spec) {
+  algorithms::reduceScatter(*transport_, inputs, output, spec);
 }
 
 void ShmLowering::reduceScatterTensors(
     const OpContext&,
     const std::vector<at::Tensor>& inputs,
     std::vector<at::Tensor>& outputs,
-    const c10d::ReduceOp&,
     const std::vector<ReduceSpec>& specs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     algorithms::reduceScatterTensor(

@@ -82,6 +82,7 @@ class ShmLowering final : public Lowering {
   c10::intrusive_ptr<BackendOptions> options_; // the group's (shared with the face)
   debug_log::Site site_;
   std::string logPrefix_; // "host level: " where it carries one host of a larger group
+  // Declared first of the four: destroyed last, after everything that reads it (p2p_'s thread).
   std::shared_ptr<ShmTransport> transport_;
   std::shared_ptr<WorkerPool> workers_;
   std::shared_ptr<P2pEngine> p2p_;

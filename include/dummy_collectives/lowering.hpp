@@ -24,16 +24,9 @@ namespace flight_recorder {
 struct Group;
 }
 
-// A reduction as the face checked it: c10d's operation (the two-level lowering splits AVG into
-// SUM inside hosts and one division) and its resolution for the tensor's dtype.
-struct Reduction {
-  c10d::ReduceOp op;
-  ReduceSpec spec;
-};
-
 // A point-to-point operation as the face numbered and recorded it.
 struct PointToPoint {
-  int peer;             // group rank; -1: any source (recvAnysource)
+  int peer;             // group rank; -1: any source (recvAnysource, one-host groups only)
   int tag;
   uint64_t number;      // the group's point-to-point count, for the debug log
   uint64_t record;      // its flight recorder entry, completed when it completes (0: none)
@@ -58,12 +51,13 @@ struct PointToPoint {
 //                         rank d's `output` at sum(recvBytes[..r]); sizes are checked against
 //                         the peers' first. alltoallLists: rank r's inputs[d] -> d's outputs[r].
 #define DC_LOWERING_COLLECTIVES(X)                                                              \
-  X(void, allreduce, (const OpContext& call, at::Tensor& data, const Reduction& r))             \
+  X(void, allreduce, (const OpContext& call, at::Tensor& data, const ReduceSpec& spec))         \
   X(void, allreduceCoalesced,                                                                   \
-    (const OpContext& call, std::vector<at::Tensor>& data, const c10d::ReduceOp& op,            \
+    (const OpContext& call, std::vector<at::Tensor>& data,                                      \
      const std::vector<ReduceSpec>& specs))                                                     \
   X(at::Tensor, allreduceSparse, (const OpContext& call, const at::Tensor& input))             \
-  X(void, reduce, (const OpContext& call, at::Tensor& data, const Reduction& r, int root))     \
+  X(void, reduce,                                                                               \
+    (const OpContext& call, at::Tensor& data, const ReduceSpec& spec, int root))                \
   X(void, broadcast, (const OpContext& call, at::Tensor& data, int root))                      \
   X(void, allgather,                                                                            \
     (const OpContext& call, const at::Tensor& input, std::vector<at::Tensor>& perRank))         \
@@ -79,11 +73,10 @@ struct PointToPoint {
      int root))                                                                                 \
   X(void, reduceScatter,                                                                        \
     (const OpContext& call, const std::vector<at::Tensor>& inputs, at::Tensor& output,          \
-     const Reduction& r))                                                                       \
+     const ReduceSpec& spec))                                                                   \
   X(void, reduceScatterTensors,                                                                 \
     (const OpContext& call, const std::vector<at::Tensor>& inputs,                              \
-     std::vector<at::Tensor>& outputs, const c10d::ReduceOp& op,                                \
-     const std::vector<ReduceSpec>& specs))                                                     \
+     std::vector<at::Tensor>& outputs, const std::vector<ReduceSpec>& specs))                   \
   X(void, alltoall,                                                                             \
     (const OpContext& call, const at::Tensor& input, at::Tensor& output,                        \
      const std::vector<int64_t>& sendBytes, const std::vector<int64_t>& recvBytes))             \
