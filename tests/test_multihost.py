@@ -122,6 +122,19 @@ def test_random_program_matches_gloo_on_2_hosts_of_2(hosts) -> None:
 
 
 @support.compares_with_gloo
+def test_random_program_matches_gloo_on_2_hosts_of_1(hosts) -> None:
+    # One rank per host: up to 256 KiB ride with the agreement, larger messages cross hosts
+    # whole, in one engine operation (no pipeline: nothing in-host to overlap).
+    job = run_job(hosts, "random_program", "8", "300", nproc=(1, 1))
+    check_ran_everywhere(job, 2)
+    assert job.returncodes == [0, 0], job.report()
+    if support.IS_DUMMY:
+        assert job.results[0]["hosts"] == [[0], [1]]
+    support.assert_no_failures([job.results[r]["failures"] for r in range(2)])
+    assert all(job.results[r]["compared"] > 100 for r in range(2)), job.results
+
+
+@support.compares_with_gloo
 def test_random_program_matches_gloo_on_uneven_hosts_not_numbered_in_order(hosts) -> None:
     # 3 ranks + 1, the first host's ranks not contiguous: the leaders carry the cross-host
     # stage, and the program's subgroup (ranks 0 and 2) spans both hosts.
@@ -206,6 +219,24 @@ def test_mismatches_across_hosts_fail_every_rank_and_leave_the_group_usable(host
     # The host whose ranks disagreed names each rank's call; the other host names the host.
     assert "broadcast #2" in job.results[3]["within_host"], job.results[3]
     assert "ranks 2, 3 called different collectives" in job.results[0]["within_host"]
+
+
+@support.requires_dummy
+def test_mismatches_between_hosts_of_one_rank_fail_both_and_leave_the_group_usable(hosts) -> None:
+    # Each leader sends its record at its own size into whole-record slots: 4 and 5 floats, and
+    # a 1.2 MB allreduce met by a broadcast, never overrun a receive (gloo would abort).
+    job = run_job(hosts, "mismatch", nproc=(1, 1))
+    check_ran_everywhere(job, 2)
+    assert job.returncodes == [0, 0], job.report()
+    for result in job.results.values():
+        across = result["across_hosts"]
+        assert across is not None and "ranks called different collectives" in across, result
+        assert "allreduce #1 of 4 Float" in across and "allreduce #1 of 5 Float" in across, across
+        assert result["across_hosts_untouched"], result
+        other = result["within_host"]
+        assert other is not None and "broadcast #2" in other and "allreduce #2" in other, result
+        assert result["within_host_untouched"], result
+        assert result["usable_after"], result
 
 
 @support.requires_dummy

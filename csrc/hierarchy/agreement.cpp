@@ -62,16 +62,23 @@ struct Record {
   Header header;
   ByteView payload;
 };
-std::vector<Record> readRecords(const at::Tensor& records, int count, size_t bytes) {
+std::vector<Record> readRecords(const at::Tensor& records, const std::vector<int64_t>& offsets) {
   std::vector<Record> out;
   const auto* base = static_cast<const std::byte*>(records.data_ptr());
-  for (int i = 0; i < count; ++i) {
+  for (const int64_t offset : offsets) {
     Record r;
-    std::memcpy(&r.header, base + i * bytes, sizeof(Header));
-    r.payload = {base + i * bytes + kHeaderBytes, static_cast<size_t>(r.header.payloadBytes)};
+    std::memcpy(&r.header, base + offset, sizeof(Header));
+    r.payload = {base + offset + kHeaderBytes, static_cast<size_t>(r.header.payloadBytes)};
     out.push_back(r);
   }
   return out;
+}
+std::vector<Record> readRecords(const at::Tensor& records, int count, size_t bytes) {
+  std::vector<int64_t> offsets;
+  for (int i = 0; i < count; ++i) {
+    offsets.push_back(static_cast<int64_t>(i * bytes));
+  }
+  return readRecords(records, offsets);
 }
 
 std::vector<ByteView> payloadsOf(const std::vector<Record>& records) {
@@ -136,7 +143,8 @@ Agreement::Agreement(
   mine_.writer = topology.rank();
   mine_.payloadBytes = payload.size;
   mine_.arrivedNs = ctx.arrivedNs;
-  at::Tensor record = makeRecord(bytes, mine_, payload);
+  // Alone on its host a rank's record goes nowhere but into its leader's (its own) exchange.
+  at::Tensor record = makeRecord(localSize > 1 ? bytes : kHeaderBytes + payload.size, mine_, payload);
   hostRecords_ = record;
   if (localSize > 1) {
     hostRecords_ = at::empty({static_cast<int64_t>(bytes) * localSize}, at::kByte);
@@ -170,10 +178,14 @@ Agreement::Agreement(
     host.sentAtUs = wallClockUs();
     sentAtUs_ = host.sentAtUs;
     InterHostEngine& leaders = *levels.rail; // a leader's rail: the hosts' leaders
-    at::Tensor out = makeRecord(bytes, host, {combined.data(), combined.size()});
-    leaderRecords_ = at::empty({static_cast<int64_t>(bytes) * leaders.size()}, at::kByte);
+    // Only the header and what the host combined cross hosts (a 4-byte allreduce sends 132
+    // bytes, not a whole record); every leader receives into whole records.
+    sentBytes_ = static_cast<int64_t>(kHeaderBytes + combined.size());
+    at::Tensor out = makeRecord(sentBytes_, host, {combined.data(), combined.size()});
+    const auto slot = static_cast<int64_t>(bytes);
+    leaderRecords_ = at::empty({leaders.recordsBytes(sentBytes_, slot)}, at::kByte);
     exchangeIssuedNs_ = arrivalClockNs();
-    exchange_ = leaders.allgather(leaderRecords_, out);
+    exchange_ = leaders.exchangeRecords(leaderRecords_, out, slot);
   }
 }
 
@@ -189,7 +201,11 @@ Bytes Agreement::finish() {
     InterHostEngine& leaders = *levels_.rail;
     leaders.wait(exchange_, ctx_);
     const int64_t crossHostWaitNs = arrivalClockNs() - exchangeIssuedNs_;
-    const std::vector<Record> hosts = readRecords(leaderRecords_, leaders.size(), bytes);
+    std::vector<int64_t> offsets;
+    for (int m = 0; m < leaders.size(); ++m) {
+      offsets.push_back(leaders.recordOffset(m, sentBytes_, static_cast<int64_t>(bytes)));
+    }
+    const std::vector<Record> hosts = readRecords(leaderRecords_, offsets);
     // The last host: the one whose leader sent its record last, by the wall clock (hosts share
     // no steady clock; see docs/design.md for what that costs). Its last rank is the group's.
     const Record* lastHost = &hosts[0];

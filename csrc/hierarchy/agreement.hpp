@@ -32,8 +32,9 @@ struct Combine {
 // rank of the group called the same collective, or every rank raises the same mismatch error
 // (DistBackendError) before any data moved, and the group stays usable -- as on one host.
 //
-// Every exchange has one fixed size (a header plus inlineBytes), whatever the collective, so
-// ranks that called different collectives still exchange the same bytes:
+// Every record has room for one fixed size (a header plus inlineBytes), whatever the collective,
+// so ranks that called different collectives never overrun each other's buffers (across hosts
+// only the header and the payload travel: InterHostEngine::exchangeRecords):
 //   1. an all-gather of every rank's header (and payload) inside each host: each host knows
 //      whether its ranks agree;
 //   2. an all-gather of each host's header and combined payload among the hosts' leaders (their
@@ -99,6 +100,7 @@ class Agreement {
   bool hostAgrees_ = true;
   c10::intrusive_ptr<c10d::Work> exchange_; // the leaders' exchange (leaders only)
   at::Tensor leaderRecords_;
+  int64_t sentBytes_ = 0; // what this leader sent of its record (InterHostEngine::exchangeRecords)
   int64_t sentAtUs_ = 0;
   // Who made whom wait (see agree()): this host's last rank and this rank's wait for it, then
   // the group's last rank and the wait counted across hosts (the leader's, told to its host).

@@ -72,6 +72,19 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(
   return backend_->alltoall_base(out, in, outSplits, inSplits);
 }
 
+c10::intrusive_ptr<c10d::Work> InterHostEngine::exchangeRecords(
+    at::Tensor& out, at::Tensor& in, int64_t slotBytes) const {
+  const int64_t sent = in.numel();
+  TORCH_CHECK(
+      sent <= slotBytes && out.numel() == recordsBytes(sent, slotBytes),
+      "dummy_collectives: a record of ", sent, " bytes for slots of ", slotBytes);
+  std::vector<int64_t> outSplits(size(), slotBytes);
+  outSplits[rank()] = sent; // gloo copies a member's own part: both sides must be equal
+  std::vector<int64_t> inSplits(size(), sent);
+  at::Tensor copies = in.repeat({size()}); // the Work keeps them alive
+  return alltoall(out, copies, std::move(outSplits), std::move(inSplits));
+}
+
 c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(at::Tensor& data, int root) const {
   std::vector<at::Tensor> tensors{data};
   c10d::BroadcastOptions opts;

@@ -34,6 +34,12 @@ struct Levels {
   bool leader() const {
     return topology.localRank() == 0;
   }
+  // Every host runs one rank: no in-host stage to overlap, so a pipeline would only cut the
+  // engine's work into more, smaller operations. Collectives then cross hosts in one operation
+  // on the whole message (two_level.cpp, "One rank per host").
+  bool oneRankPerHost() const {
+    return topology.uniform() && topology.localSize() == 1;
+  }
 };
 
 } // namespace dummy_collectives::hierarchy

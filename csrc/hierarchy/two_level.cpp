@@ -398,6 +398,36 @@ void allreduceThroughLeaders(
        }});
 }
 
+// One rank per host: the cross-host reduction of the whole message in one operation (the
+// engine's own allreduce where it computes what our kernels do, else one exchange and a fold),
+// PREMUL_SUM's factor applied first as the in-host stage would.
+void allreduceOneRankPerHost(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
+  debug_log::note("one rank per host, whole message");
+  if (spec.premul) {
+    flat.mul_(spec.factor);
+  }
+  // Beyond two hosts the exchange may be an all-to-all of equal pieces: pad to whole pieces.
+  const int H = levels.rail->size();
+  const int64_t granule = int64_t{H} * lineElements(flat.element_size());
+  at::Tensor work = flat;
+  if (H > 2 && flat.numel() % granule != 0) {
+    work = at::zeros({roundUp(flat.numel(), granule)}, flat.options());
+    work.narrow(0, 0, flat.numel()).copy_(flat);
+  }
+  CrossHostReduction across(*levels.rail, ctx, spec, 1);
+  if (Pending exchanged = across.exchange(0, work)) {
+    exchanged();
+  }
+  across.fold(0);
+  if (Pending gathered = across.gather(0)) {
+    gathered();
+  }
+  if (!work.is_same(flat)) {
+    flat.copy_(work.narrow(0, 0, flat.numel()));
+  }
+}
+
 // `agreement`, if given, is still to be finished.
 void allreduceData(
     const Levels& levels,
@@ -406,6 +436,13 @@ void allreduceData(
     const ReduceSpec& spec,
     Agreement* agreement) {
   at::Tensor flat = data.view(-1);
+  if (levels.oneRankPerHost()) {
+    if (agreement != nullptr) {
+      agreement->finish();
+    }
+    allreduceOneRankPerHost(levels, ctx, flat, spec);
+    return;
+  }
   if (levels.topology.uniform()) {
     allreduceOnRails(levels, ctx, flat, spec, agreement);
     return;
@@ -505,6 +542,11 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
   }
   agree(levels, ctx);
   at::Tensor flat = bytesOf(data);
+  if (levels.oneRankPerHost()) {
+    debug_log::note("one rank per host, the engine's broadcast");
+    levels.rail->wait(levels.rail->broadcast(flat, rootHost), ctx);
+    return;
+  }
   const Chunking plan(flat.numel(), 64, levels.settings, 1);
   const bool uniform = topology.uniform();
   const int local = topology.localRank();
@@ -582,6 +624,16 @@ void allgatherData(
     at::Tensor outBytes = bytesOf(out);
     at::Tensor inBytes = bytesOf(in);
     levels.everyone.wait(levels.everyone.allgather(outBytes, inBytes), ctx);
+    return;
+  }
+  if (levels.oneRankPerHost()) {
+    // Rank order is host order: the engine's own all-gather writes the output in place.
+    debug_log::note("one rank per host, the engine's all-gather");
+    at::Tensor outBytes = bytesOf(out);
+    at::Tensor inBytes = bytesOf(in);
+    c10d::AllgatherOptions opts;
+    opts.timeout = ctx.timeout;
+    levels.rail->wait((*levels.rail)->_allgather_base(outBytes, inBytes, opts), ctx);
     return;
   }
   // On rail k, every host's rank k's input; then inside the host, every rail's.

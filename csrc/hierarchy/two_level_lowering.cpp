@@ -122,6 +122,10 @@ std::map<at::ScalarType, std::vector<size_t>> byDtype(const std::vector<at::Tens
   return groups;
 }
 
+// What rides with the agreement between two hosts of one rank each (measured: 64 KiB and
+// 256 KiB allreduces 2.2x and 1.7x gloo's; 1 MiB lost to the engine's own).
+constexpr size_t kTwoHostsInlineBytes = size_t{256} << 10;
+
 } // namespace
 
 TwoLevelLowering::TwoLevelLowering(
@@ -173,6 +177,12 @@ TwoLevelLowering::TwoLevelLowering(
   everyone_ = std::make_unique<InterHostEngine>(std::move(everyone), all, topology_, *health_);
   HierarchySettings settings;
   settings.inlineBytes = options_->interHostInlineBytes;
+  if (topology_.uniform() && topology_.localSize() == 1 && topology_.hostCount() == 2) {
+    // Two hosts of one rank: no in-host step pays for a record's size, and one exchange of
+    // the whole message beats the engine's two-step ring (docs/benchmarks.md, "One rank per
+    // host"). Beyond two hosts every leader would send the whole message to every other.
+    settings.inlineBytes = std::max(settings.inlineBytes, kTwoHostsInlineBytes);
+  }
   settings.chunkBytes = options_->interHostChunkBytes;
   levels_ = std::unique_ptr<Levels>(
       new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
@@ -209,11 +219,19 @@ void TwoLevelLowering::logCreation(int me) const {
                  topology_.localRank() == 0 ? "among them)" : "not)");
   DC_LOG(kInfo, me, "cross-host engine gloo (inter_host ", options_->interHost, ") over ", between,
          "; CUDA tensors cross hosts staged through host memory");
-  DC_LOG(kInfo, me, "cross-host: up to inter_host_inline_bytes ",
-         bytes(options_->interHostInlineBytes),
-         " ride with the agreement (one exchange), larger messages are pipelined in at least ",
-         two_level::kMinChunks, " chunks of ", bytes(two_level::kMinChunkBytes),
-         " to inter_host_chunk_bytes ", bytes(options_->interHostChunkBytes));
+  const size_t inlined = levels_->settings.inlineBytes;
+  DC_LOG(kInfo, me, "cross-host plan: up to ", bytes(inlined),
+         inlined == options_->interHostInlineBytes
+             ? " (inter_host_inline_bytes)"
+             : c10::str(" (inter_host_inline_bytes ", bytes(options_->interHostInlineBytes),
+                        ", raised: two hosts of one rank, no in-host step pays for it)"),
+         " ride with the agreement (one exchange); larger messages ",
+         levels_->oneRankPerHost()
+             ? std::string("cross hosts whole, in one engine operation (one rank per host: no "
+                           "in-host stage for a pipeline to overlap)")
+             : c10::str("are pipelined in at least ", two_level::kMinChunks, " chunks of ",
+                        bytes(two_level::kMinChunkBytes), " to inter_host_chunk_bytes ",
+                        bytes(options_->interHostChunkBytes)));
   hostShm_->logCreation(me);
 }
 
