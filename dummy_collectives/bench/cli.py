@@ -36,8 +36,11 @@ EPILOG = """examples:
   python -m dummy_collectives.bench --world-sizes 2,4 --sizes 4,4K,1M,16M,64M
   python -m dummy_collectives.bench --collectives allreduce,allgather,broadcast --max-size 256M
   python -m dummy_collectives.bench --device cuda --world-sizes 1,2
-  python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --sizes 4,4K,64K,1M,16M,64M
-  python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --link-rate 1gbit
+  python -m dummy_collectives.bench --layouts 2x1,3x1,2x2,3+1,1+3 --launch torchrun --passes 5 \\
+      --collectives allreduce,allgather,broadcast --sizes 4,4K,64K,1M,4M,16M,64M
+  python -m dummy_collectives.bench --layouts 2x1,3x1,2x2,3+1,1+3 --launch torchrun --passes 5 \\
+      --collectives allreduce,allgather,broadcast --sizes 4,4K,64K,1M,4M,16M,64M --link-rate 1gbit
+  python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --passes 5 --launch direct
   python -m dummy_collectives.bench --recorder-cost --passes 6
 """
 DEFAULT_WORLD_SIZES = "2"
