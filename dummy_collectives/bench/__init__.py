@@ -11,6 +11,9 @@ Modules: :mod:`.cli` (arguments), :mod:`.orchestrate` (the run), :mod:`.spawn` a
 :mod:`.deepspeed_peer` and :mod:`.mpi_peer` (the programs they start), :mod:`.timing` (the
 timing protocol they all share), :mod:`.baseline` (memcpy and floor),
 :mod:`.rank_floor` (the floor at a world size), :mod:`.targets` (the
-project's targets), :mod:`.report` and :mod:`.plot` (output).
+project's targets), :mod:`.report` and :mod:`.plot` (output). The multi-host mode:
+:mod:`.hosts` (the run), :mod:`.host_layouts` (``--layouts``), :mod:`.host_launch` (a pass,
+through torchrun or not) and :mod:`.host_rank` (a rank), :mod:`.host_passes` (medians and
+spread), :mod:`.host_targets` and :mod:`.host_report`.
 Nothing here is imported by ``import dummy_collectives``.
 """

@@ -6,9 +6,19 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from dummy_collectives.bench.host_layouts import HostLayout, parse_layouts, uniform
 from dummy_collectives.bench.host_targets import link_bound_s
 from dummy_collectives.bench.layout import COLLECTIVES, check_collectives
-from dummy_collectives.bench.plan import DUMMY, GLOO, PEERS, TORCH_BACKENDS, HostsPlan, Plan
+from dummy_collectives.bench.plan import (
+    DUMMY,
+    GLOO,
+    LAUNCHES,
+    PEERS,
+    TORCH_BACKENDS,
+    TORCHRUN,
+    HostsPlan,
+    Plan,
+)
 from dummy_collectives.bench.sizes import (
     DEFAULT_MAX_SIZE,
     format_size,
@@ -26,8 +36,11 @@ EPILOG = """examples:
   python -m dummy_collectives.bench --world-sizes 2,4 --sizes 4,4K,1M,16M,64M
   python -m dummy_collectives.bench --collectives allreduce,allgather,broadcast --max-size 256M
   python -m dummy_collectives.bench --device cuda --world-sizes 1,2
-  python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --sizes 4,4K,64K,1M,16M,64M
-  python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --link-rate 1gbit
+  python -m dummy_collectives.bench --layouts 2x1,3x1,2x2,3+1,1+3 --launch torchrun --passes 5 \\
+      --collectives allreduce,allgather,broadcast --sizes 4,4K,64K,1M,4M,16M,64M
+  python -m dummy_collectives.bench --layouts 2x1,3x1,2x2,3+1,1+3 --launch torchrun --passes 5 \\
+      --collectives allreduce,allgather,broadcast --sizes 4,4K,64K,1M,4M,16M,64M --link-rate 1gbit
+  python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --passes 5 --launch direct
   python -m dummy_collectives.bench --recorder-cost --passes 6
 """
 DEFAULT_WORLD_SIZES = "2"
@@ -82,8 +95,9 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="passes over every world size, backends and peers in turn, each point keeping its "
-        "best pass: on a shared machine a slow spell then hits every backend alike "
-        "(default %(default)s)",
+        "best pass: on a shared machine a slow spell then hits every backend alike; in the "
+        "multi-host mode each point reports the median over the passes and the spread of the "
+        "per-pass gloo/dummy ratio (use >= 5) (default %(default)s)",
     )
     p.add_argument(
         "--timeout",
@@ -95,18 +109,31 @@ def parser() -> argparse.ArgumentParser:
         "--init-timeout",
         type=float,
         help=f"seconds to wait for rank start-up (default {INIT_TIMEOUT_S:g}: DeepSpeed's first "
-        f"JIT build is slow; {HOSTS_INIT_TIMEOUT_S:g} with --hosts)",
+        f"JIT build is slow; {HOSTS_INIT_TIMEOUT_S:g} in the multi-host mode)",
     )
     hosts = p.add_argument_group(
         "multi-host mode",
-        "dummy against gloo over the same ranks on H namespaced hosts made on this machine "
-        "(needs root and iproute2; no peers, c10d floor or memcpy); DUMMY_COLLECTIVES_* "
-        "variables are passed on to the ranks",
+        "dummy against gloo over the same ranks on namespaced hosts made on this machine, one "
+        "set of hosts per layout (needs root and iproute2; no peers, c10d floor or memcpy); "
+        "DUMMY_COLLECTIVES_* variables are passed on to the ranks",
     )
-    hosts.add_argument("--hosts", type=int, help="number of hosts, >= 2")
+    hosts.add_argument(
+        "--layouts",
+        help="ranks per host, comma-separated layouts: HxL (H hosts of L ranks, e.g. 2x2) or "
+        "per-host counts joined by '+' (3+1: host0 3 ranks, host1 1), ranks numbered host by "
+        "host as torchrun numbers them; e.g. 2x1,3x1,2x2,3+1,1+3",
+    )
+    hosts.add_argument("--hosts", type=int, help="number of hosts, >= 2 (layouts HxL)")
     hosts.add_argument(
         "--ranks-per-host",
-        help="ranks on each host, e.g. 2 or 1,2 (default: each of --world-sizes / --hosts)",
+        help="with --hosts: ranks on each host, e.g. 2 or 1,2 (default: each of --world-sizes "
+        "/ --hosts)",
+    )
+    hosts.add_argument(
+        "--launch",
+        choices=LAUNCHES,
+        help=f"how the ranks start: {TORCHRUN}, one torchrun per host as users run jobs "
+        "(default), or direct, one process per rank started by the bench",
     )
     hosts.add_argument(
         "--link-rate", help="shape every host's link to this tc rate (tbf), e.g. 1gbit"
@@ -173,20 +200,18 @@ def build_plan(args: argparse.Namespace) -> Plan:
     )
 
 
-def build_hosts_plan(args: argparse.Namespace, plan: Plan) -> HostsPlan | None:
-    """The multi-host mode's plan where ``--hosts`` is given, else None (ValueError on bad
-    arguments). The plan's world sizes become hosts x ranks per host, its peers none."""
-    if args.hosts is None:
-        if args.ranks_per_host or args.link_rate or args.shared_cpus:
-            raise ValueError("--ranks-per-host, --link-rate and --shared-cpus need --hosts")
-        return None
+def _layouts(args: argparse.Namespace, plan: Plan) -> tuple[HostLayout, ...]:
+    """The layouts of ``--layouts``, or the uniform ones of ``--hosts`` x ``--ranks-per-host``
+    (ValueError on bad arguments)."""
+    if args.layouts is not None:
+        if args.hosts is not None or args.ranks_per_host:
+            raise ValueError("give --layouts or --hosts/--ranks-per-host, not both")
+        if args.world_sizes:
+            raise ValueError("--layouts sets the world sizes: leave out --world-sizes")
+        return parse_layouts(args.layouts)
     hosts = args.hosts
     if hosts < 2:
         raise ValueError("--hosts must be >= 2")
-    if plan.device != "cpu":
-        raise ValueError("--hosts measures CPU tensors (--device cpu)")
-    if DUMMY not in plan.backends or not set(plan.backends) <= {DUMMY, GLOO}:
-        raise ValueError("--hosts measures dummy (and gloo): --backends dummy or dummy,gloo")
     if args.ranks_per_host:
         per_host = tuple(parse_int_list(args.ranks_per_host))
         if args.world_sizes and plan.world_sizes != tuple(hosts * n for n in per_host):
@@ -200,21 +225,49 @@ def build_hosts_plan(args: argparse.Namespace, plan: Plan) -> HostsPlan | None:
         per_host = tuple(ws // hosts for ws in plan.world_sizes)
     if min(per_host) < 1:
         raise ValueError("--ranks-per-host must be >= 1")
+    return tuple(uniform(hosts, n) for n in per_host)
+
+
+def build_hosts_plan(args: argparse.Namespace, plan: Plan) -> HostsPlan | None:
+    """The multi-host mode's plan where ``--layouts`` or ``--hosts`` is given, else None
+    (ValueError on bad arguments). The plan's world sizes become the layouts', its peers
+    none."""
+    if args.hosts is None and args.layouts is None:
+        if args.ranks_per_host or args.link_rate or args.shared_cpus or args.launch:
+            raise ValueError(
+                "--ranks-per-host, --launch, --link-rate and --shared-cpus need --layouts or "
+                "--hosts"
+            )
+        return None
+    if plan.device != "cpu":
+        raise ValueError("the multi-host mode measures CPU tensors (--device cpu)")
+    if DUMMY not in plan.backends or not set(plan.backends) <= {DUMMY, GLOO}:
+        raise ValueError(
+            "the multi-host mode measures dummy (and gloo): --backends dummy or dummy,gloo"
+        )
+    layouts = _layouts(args, plan)
     timeout_s = plan.timeout_s
     if args.link_rate:
         rate = rate_bits_per_second(args.link_rate)  # ValueError on a rate tc would not take
         if args.timeout is None:
+            hosts = max(layout.hosts for layout in layouts)  # 2(H-1)/H grows with H
             slowest = link_bound_s(max(plan.sizes), hosts, rate) * (plan.timing.rounds + 3)
             timeout_s = max(timeout_s, SLOW_LINK_MARGIN * slowest)
     init_timeout_s = HOSTS_INIT_TIMEOUT_S if args.init_timeout is None else args.init_timeout
     across = replace(
         plan,
-        world_sizes=tuple(hosts * n for n in per_host),
+        world_sizes=tuple(dict.fromkeys(layout.world_size for layout in layouts)),
         peers=(),
         timeout_s=timeout_s,
         init_timeout_s=init_timeout_s,
     )
-    return HostsPlan(across, hosts, per_host, args.link_rate, own_cpus=not args.shared_cpus)
+    return HostsPlan(
+        across,
+        layouts,
+        launch=args.launch or TORCHRUN,
+        link_rate=args.link_rate,
+        own_cpus=not args.shared_cpus,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,9 +2,11 @@
 
 ``python -m dummy_collectives.bench.host_rank --plan JSON --messages FILE``, with the env://
 variables (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` = host 0, ...) and ``GLOO_SOCKET_IFNAME``
-set by :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.launch_ranks`. It measures the
-plan exactly as a spawned rank does (:func:`~dummy_collectives.bench.runner.run_rank`): dummy as
-the default group, which spans the hosts, and gloo over the same ranks.
+set by torchrun (one per host, :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.torchrun`)
+or by :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.launch_ranks` (``--launch
+direct``). It measures the plan exactly as a spawned rank does
+(:func:`~dummy_collectives.bench.runner.run_rank`): dummy as the default group, which spans the
+hosts, and gloo over the same ranks.
 
 The parent cannot hand a multiprocessing queue to a process started through ``nsenter``, so the
 messages (``["ready", notes]``, ``["result", dict]``, ``["done", null]``, ``["error", rank,

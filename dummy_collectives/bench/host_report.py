@@ -1,9 +1,11 @@
-"""The multi-host mode's report (:mod:`.hosts`): its header and the "Across hosts" section.
+"""The multi-host mode's report (:mod:`.hosts`): its header, one table per layout, the targets.
 
-Per size: dummy's and gloo's time, dummy's speed-up, and for allreduce the cross-host busbw,
-2(H-1)/H * N / time (the bytes each host must send, per second: the measure a link rate
-compares with), and on shaped links the link bound (2(H-1)/H * N / rate) and the part of it
-dummy reaches (bound / measured time).
+Per layout, per (collective, size): dummy's and gloo's median time over the passes, the median
+of the per-pass ratio gloo/dummy and its spread (:mod:`.host_passes`), busbw from the median
+times -- for allreduce the cross-host busbw, 2(H-1)/H * N / time (the bytes each host must
+send, per second: the measure a link rate compares with), for the others NCCL-tests' -- and on
+shaped links allreduce's link bound (2(H-1)/H * N / rate) with the part of it dummy reaches
+(bound / median time), and the target's verdict (:mod:`.host_targets`).
 """
 
 from __future__ import annotations
@@ -11,16 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dummy_collectives.bench.host_layouts import HostLayout
+from dummy_collectives.bench.host_passes import PointSummary
 from dummy_collectives.bench.host_targets import (
-    SHAPED_MIN,
-    SHAPED_OF_BOUND,
-    UNSHAPED_MAX,
-    UNSHAPED_MIN,
-    UNSHAPED_VS_GLOO,
-    cross_host_busbw,
+    SHAPED_COLLECTIVE,
+    LayoutVerdict,
+    cross_host_bytes,
     link_bound_s,
+    rules,
 )
-from dummy_collectives.bench.plan import DUMMY, GLOO
+from dummy_collectives.bench.layout import busbw_factor
+from dummy_collectives.bench.plan import DIRECT, DUMMY, GLOO, TORCHRUN
 from dummy_collectives.bench.report import (
     RunData,
     about,
@@ -32,78 +35,106 @@ from dummy_collectives.bench.report import (
 )
 from dummy_collectives.bench.results import Result
 from dummy_collectives.bench.sizes import format_size
-from dummy_collectives.bench.targets import Verdict
 
 BACKENDS = (DUMMY, GLOO)
+LAUNCH_WORDS = {
+    TORCHRUN: "one `torchrun -m dummy_collectives.bench.host_rank` per host (node rank i on "
+    "host i, static rendezvous at host0), which starts each rank as its own process",
+    DIRECT: "one process per rank, started by the bench through nsenter with the env:// "
+    "variables set (no torchrun)",
+}
+
+
+@dataclass
+class LayoutRun:
+    """What one layout measured (every pass) and decided."""
+
+    layout: HostLayout
+    # The CPUs each host's ranks ran on (empty lists: every CPU).
+    host_cpus: list[list[int]] = field(default_factory=list)
+    passes: list[list[Result]] = field(default_factory=list)  # each pass's results
+    points: list[PointSummary] = field(default_factory=list)
+    verdicts: list[LayoutVerdict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def row(self, point: PointSummary, link_bits_per_s: float | None) -> dict[str, Any]:
+        """One row of the layout's table, as numbers (None where not measured or defined)."""
+        hosts, ws = self.layout.hosts, self.layout.world_size
+        row: dict[str, Any] = {"layout": self.layout.label, **point.to_dict()}
+        nbytes = point.nbytes or point.size
+        allreduce = point.collective == SHAPED_COLLECTIVE
+        for backend in BACKENDS:
+            median = point.median_s(backend)
+            if median is None:
+                row[f"{backend}_busbw"] = None
+            elif allreduce:
+                row[f"{backend}_busbw"] = cross_host_bytes(nbytes, hosts) / median
+            else:
+                row[f"{backend}_busbw"] = nbytes / median * busbw_factor(point.collective, ws)
+        if allreduce and link_bits_per_s is not None:
+            bound = link_bound_s(nbytes, hosts, link_bits_per_s)
+            dummy = point.median_s(DUMMY)
+            row["link_bound_s"] = bound
+            row["dummy_of_bound"] = bound / dummy if dummy else None
+        return row
+
+    def to_dict(self, link_bits_per_s: float | None) -> dict[str, Any]:
+        """The layout's numbers for JSON: its rows, targets, notes and every pass's results."""
+        return {
+            "layout": self.layout.label,
+            "ranks_per_host": list(self.layout.counts),
+            "hosts": self.layout.hosts,
+            "world_size": self.layout.world_size,
+            "host_cpus": self.host_cpus,
+            "passes_run": len(self.passes),
+            "points": [self.row(point, link_bits_per_s) for point in self.points],
+            "targets": [v.to_dict() for v in self.verdicts],
+            "notes": self.notes,
+            "pass_results": [[r.to_dict() for r in results] for results in self.passes],
+        }
 
 
 @dataclass
 class AcrossHosts:
-    """What the multi-host mode measured and decided."""
+    """What the multi-host mode measured and decided, layout by layout."""
 
-    hosts: int
-    ranks_per_host: tuple[int, ...]
+    launch: str
     link_rate: str | None
     link_bits_per_s: float | None
     collectives: tuple[str, ...]
     sizes: tuple[int, ...]
+    passes: int
     # The DUMMY_COLLECTIVES_* variables the ranks were given (from the parent's environment).
     environment: dict[str, str] = field(default_factory=dict)
-    # The CPUs each host's ranks ran on (empty lists: every CPU).
-    host_cpus: list[list[int]] = field(default_factory=list)
-    results: list[Result] = field(default_factory=list)
-    verdicts: list[Verdict] = field(default_factory=list)
+    layouts: list[LayoutRun] = field(default_factory=list)
     elapsed_s: float = 0.0
 
-    def point(self, ranks_per_host: int, collective: str, size: int) -> dict[str, Any]:
-        """One row of the section, as numbers (None where not measured or not defined)."""
-        ws = self.hosts * ranks_per_host
-        by = {
-            r.backend: r
-            for r in self.results
-            if r.world_size == ws and r.collective == collective and r.size == size and r.ok
-        }
-        dummy, gloo = by.get(DUMMY), by.get(GLOO)
-        row: dict[str, Any] = {
-            "ranks_per_host": ranks_per_host,
-            "world_size": ws,
-            "collective": collective,
-            "size": size,
-            "dummy_s": dummy.time_s if dummy else None,
-            "gloo_s": gloo.time_s if gloo else None,
-            "speedup_vs_gloo": gloo.time_s / dummy.time_s if dummy and gloo else None,
-        }
-        if collective == "allreduce":
-            row["dummy_cross_host_busbw"] = cross_host_busbw(dummy, self.hosts) if dummy else None
-            row["gloo_cross_host_busbw"] = cross_host_busbw(gloo, self.hosts) if gloo else None
-            if self.link_bits_per_s is not None:
-                nbytes = (dummy or gloo).nbytes if dummy or gloo else size
-                bound = link_bound_s(nbytes, self.hosts, self.link_bits_per_s)
-                row["link_bound_s"] = bound
-                row["dummy_of_bound"] = bound / dummy.time_s if dummy else None
-        return row
+    @property
+    def verdicts(self) -> list[LayoutVerdict]:
+        """Every layout's verdicts, layout by layout."""
+        return [v for run in self.layouts for v in run.verdicts]
 
-    def points(self) -> list[dict[str, Any]]:
-        """Every row of the section."""
-        return [
-            self.point(per_host, collective, size)
-            for per_host in self.ranks_per_host
-            for collective in self.collectives
-            for size in self.sizes
-        ]
+    def unmeasured(self) -> list[str]:
+        """Why each point that some pass did not measure was not, once per reason."""
+        texts: list[str] = []
+        for run in self.layouts:
+            for results in run.passes:
+                for r in results:
+                    text = f"{r.backend} {r.collective} ({run.layout.label}): {r.status}: {r.note}"
+                    if not r.ok and text not in texts:
+                        texts.append(text)
+        return texts
 
     def to_dict(self) -> dict[str, Any]:
-        """All numbers, for JSON (``points`` holds the section's rows)."""
+        """All numbers, for JSON (each layout's ``points`` hold its table's rows)."""
         return {
-            "hosts": self.hosts,
-            "ranks_per_host": list(self.ranks_per_host),
+            "launch": self.launch,
             "link_rate": self.link_rate,
             "link_bits_per_s": self.link_bits_per_s,
+            "passes": self.passes,
             "environment": self.environment,
-            "host_cpus": self.host_cpus,
             "elapsed_s": self.elapsed_s,
-            "points": self.points(),
-            "results": [r.to_dict() for r in self.results],
+            "layouts": [run.to_dict(self.link_bits_per_s) for run in self.layouts],
             "targets": [v.to_dict() for v in self.verdicts],
         }
 
@@ -112,127 +143,117 @@ class AcrossHosts:
         lines = about(run, "dummy_collectives benchmark across hosts") + self._header(run)
         lines += peer_access(run) + noisy(run) + [""]
         lines += ["## Across hosts", ""]
-        tables = [
-            line
-            for per_host in self.ranks_per_host
-            for collective in self.collectives
-            for line in self._table(per_host, collective)
-        ]
-        lines += tables or ["Nothing was measured (see the notes).", ""]
+        for layout_run in self.layouts:
+            lines += self._table(layout_run)
         return lines + self._targets() + notes(run)
 
     def _header(self, run: RunData) -> list[str]:
-        t, plan = run.plan.timing, run.plan
+        t = run.plan.timing
         link = (
             f"each host's link shaped to {self.link_rate} with tc tbf, both directions"
             if self.link_rate
             else "links unshaped (veth pairs through a bridge)"
         )
         knobs = ", ".join(f"{k}={v}" for k, v in sorted(self.environment.items())) or "none"
-        cpus = (
-            "; ".join(f"host{h}: {','.join(map(str, c))}" for h, c in enumerate(self.host_cpus))
-            if any(self.host_cpus)
-            else "shared by every host"
-        )
+        layouts = "; ".join(f"{r.layout.label} ({r.layout.describe()})" for r in self.layouts)
+        cpus = "; ".join(f"{r.layout.label}: {_cpus(r.host_cpus)}" for r in self.layouts)
+        plural = "es" if self.passes != 1 else ""
         return [
-            f"- hosts: {self.hosts} namespaced hosts on this machine (a network namespace, "
-            f"/dev/shm and hostname each), {link}; ranks per host: "
-            f"{', '.join(str(n) for n in self.ranks_per_host)}, a host's ranks contiguous; "
-            f"CPUs: {cpus}",
+            f"- layouts: {layouts}; each on namespaced hosts of its own on this machine (a "
+            f"network namespace, /dev/shm and hostname each), made before its first pass and "
+            f"removed after its last; {link}; a host's ranks contiguous",
+            f"- launch: {self.launch}, {LAUNCH_WORDS.get(self.launch, self.launch)}",
+            f"- CPUs: {cpus}",
             '- dummy: init_process_group("dummy") over every rank (shared memory inside a '
             "host, gloo between hosts); gloo: one gloo group over the same ranks, the baseline",
-            f"- timing: best of {t.rounds} rounds of ~{t.round_time:g} s (after up to {t.warmup} "
-            "warm-up iterations, at least one operation a round), each started by a barrier on "
-            "the gloo group, max over ranks"
-            + (f", in each of {plan.passes} passes, the best pass kept" if plan.passes > 1 else "")
-            + "; float32; torch.set_num_threads(1) in every rank",
-            "- cross-host busbw = 2(H-1)/H * N / time: the bytes each host must send in an "
-            "allreduce of N bytes, per second"
+            f"- timing: in each of {self.passes} pass{plural} (ranks started afresh each), best "
+            f"of {t.rounds} rounds of ~{t.round_time:g} s (after up to {t.warmup} warm-up "
+            "iterations, at least one operation a round), each started by a barrier on the gloo "
+            "group, max over ranks; dummy and gloo of one point measured back to back; a point "
+            f"shows the median over the passes of each backend's time and of the per-pass ratio "
+            "gloo/dummy (> 1: dummy faster), with that ratio's spread (min-max over the passes); "
+            "float32; torch.set_num_threads(1) in every rank",
+            "- busbw from the median times: allreduce's is cross-host, 2(H-1)/H * N / time (the "
+            "bytes each host must send in an allreduce of N bytes, per second), the others' "
+            "per NCCL-tests"
             + (
-                f"; link bound = 2(H-1)/H * N / {self.link_rate}; of bound = bound / time"
+                f"; link bound = 2(H-1)/H * N / {self.link_rate} (allreduce); of bound = bound / "
+                "dummy's median time"
                 if self.link_rate
                 else ""
-            )
-            + (
-                "; other collectives: busbw per NCCL-tests"
-                if any(c != "allreduce" for c in self.collectives)
-                else ""
-            )
-            + "; speed-up = gloo's time / dummy's time",
+            ),
             f"- DUMMY_COLLECTIVES_* given to the ranks: {knobs}",
             f"- the run took {self.elapsed_s:.0f} s (host set-up, rank start-up and measurements)",
         ]
 
-    def _table(self, per_host: int, collective: str) -> list[str]:
-        ws = self.hosts * per_host
-        rows = [r for r in self.results if r.world_size == ws and r.collective == collective]
-        if not rows:
-            return []
-        backends = [b for b in BACKENDS if any(r.backend == b for r in rows)]
-        allreduce = collective == "allreduce"
-        shaped = allreduce and self.link_bits_per_s is not None
-        head = ["size"] + [f"{b} time" for b in backends]
-        head += ["dummy speed-up vs gloo"] if len(backends) == 2 else []
-        if allreduce:
-            head += [f"{b} cross-host busbw GB/s" for b in backends]
-        else:
-            head += [f"{b} busbw GB/s" for b in backends]
+    def _table(self, layout_run: LayoutRun) -> list[str]:
+        layout = layout_run.layout
+        title = f"### Layout {layout.label} ({layout.describe()})"
+        if not layout_run.points:
+            return [title, "", "Nothing was measured (see the notes).", ""]
+        shaped = self.link_bits_per_s is not None and SHAPED_COLLECTIVE in self.collectives
+        head = ["collective", "size", "dummy median", "gloo median", "gloo/dummy median"]
+        head += ["spread (min-max)", "dummy busbw GB/s", "gloo busbw GB/s"]
         head += ["link bound", "dummy of bound"] if shaped else []
-        head += ["target"] if allreduce else []
-        title = f"### {collective}, {self.hosts} hosts x {per_host} ranks ({ws} ranks)"
+        head += ["target"]
         lines = [title, "", "| " + " | ".join(head) + " |"]
         lines.append("|" + "|".join("---" for _ in head) + "|")
-        verdicts = {v.size: v.verdict for v in self.verdicts if v.world_size == ws}
-        for size in self.sizes:
-            by = {r.backend: r for r in rows if r.size == size}
-            row = self.point(per_host, collective, size)
-            cells = [format_size(size)]
-            cells += [_time_cell(by.get(b)) for b in backends]
-            if len(backends) == 2:
-                speedup = row["speedup_vs_gloo"]
-                cells.append(f"{speedup:.2f}x" if speedup is not None else "–")
-            if allreduce:
-                cells += [_bw(row[f"{b}_cross_host_busbw"]) for b in backends]
-            else:
-                cells += [_bw(by[b].busbw if b in by and by[b].ok else None) for b in backends]
+        verdicts = {(v.collective, v.size): v for v in layout_run.verdicts}
+        for point in layout_run.points:
+            row = layout_run.row(point, self.link_bits_per_s)
+            cells = [point.collective, format_size(point.size)]
+            cells += [_time_cell(point, backend) for backend in BACKENDS]
+            ratio = point.ratio
+            cells.append(f"{ratio:.2f}x" if ratio is not None else "–")
+            cells.append(self._spread_cell(point))
+            cells += [_bw(row[f"{backend}_busbw"]) for backend in BACKENDS]
             if shaped:
-                of_bound = row["dummy_of_bound"]
-                cells.append(format_time(row["link_bound_s"]))
+                bound, of_bound = row.get("link_bound_s"), row.get("dummy_of_bound")
+                cells.append(format_time(bound) if bound is not None else "–")
                 cells.append(f"{100 * of_bound:.3g}%" if of_bound is not None else "–")
-            if allreduce:
-                cells.append(verdicts.get(size, "n.a."))
+            verdict = verdicts.get((point.collective, point.size))
+            cells.append(verdict.verdict if verdict is not None else "n.a.")
             lines.append("| " + " | ".join(cells) + " |")
         return lines + [""]
+
+    def _spread_cell(self, point: PointSummary) -> str:
+        if point.ratio_min is None or point.ratio_max is None:
+            return "–"
+        cell = f"{point.ratio_min:.2f}-{point.ratio_max:.2f}x"
+        if point.passes < self.passes:
+            cell += f" ({point.passes} of {self.passes} passes)"
+        return cell
 
     def _targets(self) -> list[str]:
         if not self.verdicts:
             return []
-        if self.link_rate:
-            rule = (
-                f"links shaped to {self.link_rate}: from {format_size(SHAPED_MIN)} up, dummy "
-                f"reaches >= {100 * SHAPED_OF_BOUND:.0f}% of the link bound (time <= bound / "
-                f"{SHAPED_OF_BOUND:g}) and is ahead of gloo."
-            )
-        else:
-            rule = (
-                f"links unshaped: from {format_size(UNSHAPED_MIN)} to "
-                f"{format_size(UNSHAPED_MAX)}, dummy >= {UNSHAPED_VS_GLOO:g}x faster than gloo "
-                "over the same ranks."
-            )
-        lines = ["## Targets (allreduce across hosts)", "", rule, ""]
-        lines += ["| hosts x ranks | size | verdict | details |", "|---|---|---|---|"]
+        lines = ["## Targets (per layout, on the medians over the passes)", ""]
+        lines += rules(self.link_rate) + [""]
+        lines += [
+            "| layout | collective | size | verdict | median gloo/dummy | spread | details |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for v in self.verdicts:
-            layout = f"{self.hosts} x {v.world_size // self.hosts}"
+            ratio = f"{v.ratio_median:.2f}x" if v.ratio_median is not None else "–"
             lines.append(
-                f"| {layout} | {format_size(v.size)} | {v.verdict} | {'; '.join(v.parts)} |"
+                f"| {v.layout} | {v.collective} | {format_size(v.size)} | {v.verdict} | "
+                f"{ratio} | {v.spread()} | {'; '.join(v.parts)} |"
             )
         return lines + [""]
 
 
-def _time_cell(result: Result | None) -> str:
-    if result is None:
-        return "–"
-    return format_time(result.time_s) if result.ok else result.status
+def _cpus(host_cpus: list[list[int]]) -> str:
+    if not any(host_cpus):
+        return "shared by every host" if host_cpus else "no hosts made"
+    return ", ".join(f"host{h} {','.join(map(str, c))}" for h, c in enumerate(host_cpus))
+
+
+def _time_cell(point: PointSummary, backend: str) -> str:
+    median = point.median_s(backend)
+    if median is not None:
+        return format_time(median)
+    missing = point.missing.get(backend)
+    return missing.split(":", 1)[0] if missing else "–"
 
 
 def _bw(bytes_per_s: float | None) -> str:

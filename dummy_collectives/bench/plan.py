@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dummy_collectives.bench.host_layouts import HostLayout
 from dummy_collectives.bench.timing import TimingConfig
 
 DUMMY = "dummy"
@@ -34,7 +35,8 @@ class Plan:
     timing: TimingConfig
     timeout_s: float
     init_timeout_s: float
-    # Passes over every world size, backends and peers in turn; each point keeps its best pass.
+    # Passes over every world size, backends and peers in turn; in the one-host mode each point
+    # keeps its best pass, the multi-host mode reports the passes' medians (host_passes).
     passes: int = 1
 
     @property
@@ -65,15 +67,22 @@ class WorldSpec:
     port: int
 
 
+TORCHRUN = "torchrun"
+DIRECT = "direct"
+LAUNCHES: tuple[str, ...] = (TORCHRUN, DIRECT)
+
+
 @dataclass(frozen=True)
 class HostsPlan:
-    """The multi-host mode (:mod:`.hosts`): ``plan`` measured on ``hosts`` namespaced hosts,
-    once per entry of ``ranks_per_host`` (``plan.world_sizes`` are ``hosts`` times those), with
-    every host's link shaped to ``link_rate`` (a tc rate such as '1gbit') where one is given."""
+    """The multi-host mode (:mod:`.hosts`): ``plan`` measured on each of ``layouts`` in turn
+    (each on namespaced hosts of its own; ``plan.world_sizes`` are the layouts' rank counts),
+    the ranks started by ``launch`` (torchrun, one per host, as users start jobs; or direct,
+    one process per rank), every host's link shaped to ``link_rate`` (a tc rate such as
+    '1gbit') where one is given."""
 
     plan: Plan
-    hosts: int
-    ranks_per_host: tuple[int, ...]
+    layouts: tuple[HostLayout, ...]
+    launch: str = TORCHRUN
     link_rate: str | None = None
     # Each host gets CPUs of its own where the machine has one per host (NamespacedHosts).
     own_cpus: bool = True

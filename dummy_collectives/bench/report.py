@@ -302,11 +302,14 @@ def _targets_table(run: RunData) -> list[str]:
 def notes(run: RunData) -> list[str]:
     """The run's notes and the reason of every point not measured."""
     seen: list[str] = list(run.notes)
-    for r in run.results + (run.across.results if run.across is not None else []):
-        if not r.ok:
-            text = f"{r.backend} {r.collective} (ws={r.world_size}): {r.status}: {r.note}"
-            if text not in seen:
-                seen.append(text)
+    texts = [
+        f"{r.backend} {r.collective} (ws={r.world_size}): {r.status}: {r.note}"
+        for r in run.results
+        if not r.ok
+    ]
+    for text in texts + (run.across.unmeasured() if run.across is not None else []):
+        if text not in seen:
+            seen.append(text)
     return ["## Notes", ""] + [f"- {text}" for text in seen] + [""] if seen else []
 
 
