@@ -135,6 +135,19 @@ def test_random_program_matches_gloo_on_2_hosts_of_1(hosts) -> None:
 
 
 @support.compares_with_gloo
+def test_random_program_matches_gloo_on_3_hosts_of_1() -> None:
+    # Three hosts of one rank: whole messages; float sums of 2 MiB and more in gloo's ring
+    # order (the same bits on every rank), smaller ones as an all-to-all of padded pieces.
+    with namespaced_hosts.NamespacedHosts(3) as three:
+        job = run_job(three, "random_program", "9", "200", nproc=(1, 1, 1))
+    check_ran_everywhere(job, 3)
+    assert job.returncodes == [0, 0, 0], job.report()
+    if support.IS_DUMMY:
+        assert job.results[0]["hosts"] == [[0], [1], [2]]
+    support.assert_no_failures([job.results[r]["failures"] for r in range(3)])
+
+
+@support.compares_with_gloo
 def test_random_program_matches_gloo_on_uneven_hosts_not_numbered_in_order(hosts) -> None:
     # 3 ranks + 1, the first host's ranks not contiguous: the leaders carry the cross-host
     # stage, and the program's subgroup (ranks 0 and 2) spans both hosts.

@@ -180,10 +180,10 @@ Agreement::Agreement(
     InterHostEngine& leaders = *levels.rail; // a leader's rail: the hosts' leaders
     // Only the header and what the host combined cross hosts (a 4-byte allreduce sends 132
     // bytes, not a whole record); every leader receives into whole records.
-    sentBytes_ = static_cast<int64_t>(kHeaderBytes + combined.size());
-    at::Tensor out = makeRecord(sentBytes_, host, {combined.data(), combined.size()});
+    const auto sent = static_cast<int64_t>(kHeaderBytes + combined.size());
+    at::Tensor out = makeRecord(sent, host, {combined.data(), combined.size()});
     const auto slot = static_cast<int64_t>(bytes);
-    leaderRecords_ = at::empty({leaders.recordsBytes(sentBytes_, slot)}, at::kByte);
+    leaderRecords_ = at::empty({leaders.recordsBytes(sent, slot)}, at::kByte);
     exchangeIssuedNs_ = arrivalClockNs();
     exchange_ = leaders.exchangeRecords(leaderRecords_, out, slot);
   }
@@ -203,7 +203,7 @@ Bytes Agreement::finish() {
     const int64_t crossHostWaitNs = arrivalClockNs() - exchangeIssuedNs_;
     std::vector<int64_t> offsets;
     for (int m = 0; m < leaders.size(); ++m) {
-      offsets.push_back(leaders.recordOffset(m, sentBytes_, static_cast<int64_t>(bytes)));
+      offsets.push_back(leaders.recordOffset(m, static_cast<int64_t>(bytes)));
     }
     const std::vector<Record> hosts = readRecords(leaderRecords_, offsets);
     // The last host: the one whose leader sent its record last, by the wall clock (hosts share

@@ -100,7 +100,6 @@ class Agreement {
   bool hostAgrees_ = true;
   c10::intrusive_ptr<c10d::Work> exchange_; // the leaders' exchange (leaders only)
   at::Tensor leaderRecords_;
-  int64_t sentBytes_ = 0; // what this leader sent of its record (InterHostEngine::exchangeRecords)
   int64_t sentAtUs_ = 0;
   // Who made whom wait (see agree()): this host's last rank and this rank's wait for it, then
   // the group's last rank and the wait counted across hosts (the leader's, told to its host).

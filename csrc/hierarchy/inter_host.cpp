@@ -1,6 +1,7 @@
 #include "hierarchy/inter_host.hpp"
 
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 
 #include <ATen/ATen.h>
@@ -36,6 +37,21 @@ at::Tensor bytesOf(const at::Tensor& tensor) {
   return tensor.reshape(-1).view(at::kByte);
 }
 
+at::Tensor copiesOf(const at::Tensor& bytes, int count) {
+  // A plain memcpy, not Tensor::repeat: ATen parallelizes a large copy with OpenMP, whose
+  // threads then spin for a while after it; on a host whose cores the ranks share (torchrun
+  // leaves OMP_NUM_THREADS unset for one rank per host) the spinning starved gloo's network
+  // thread: a 3-host allreduce of 64 KiB took 20 ms instead of 1.5.
+  const int64_t n = bytes.numel();
+  at::Tensor copies = at::empty({n * count}, bytes.options());
+  auto* out = static_cast<std::byte*>(copies.data_ptr());
+  const auto* in = static_cast<const std::byte*>(bytes.data_ptr());
+  for (int i = 0; i < count; ++i) {
+    std::memcpy(out + i * n, in, static_cast<size_t>(n));
+  }
+  return copies;
+}
+
 InterHostEngine::InterHostEngine(
     c10::intrusive_ptr<c10d::Backend> backend,
     std::vector<int> members,
@@ -55,7 +71,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(at::Tensor& out, at::T
   // gloo answers an all-to-all of our bytes to every member faster than its all-gather of the
   // same small records (docs/benchmarks.md, "The cross-host exchange"): send everyone a copy.
   // The Work keeps the copies alive.
-  at::Tensor copies = in.repeat({size()});
+  at::Tensor copies = copiesOf(in, size());
   return alltoall(out, copies);
 }
 
@@ -73,16 +89,22 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::exchangeRecords(
-    at::Tensor& out, at::Tensor& in, int64_t slotBytes) const {
+    at::Tensor& out, const at::Tensor& in, int64_t slotBytes) const {
   const int64_t sent = in.numel();
   TORCH_CHECK(
       sent <= slotBytes && out.numel() == recordsBytes(sent, slotBytes),
       "dummy_collectives: a record of ", sent, " bytes for slots of ", slotBytes);
+  // Nothing to or from itself (gloo would copy it): the own record is copied after the slots.
   std::vector<int64_t> outSplits(size(), slotBytes);
-  outSplits[rank()] = sent; // gloo copies a member's own part: both sides must be equal
   std::vector<int64_t> inSplits(size(), sent);
-  at::Tensor copies = in.repeat({size()}); // the Work keeps them alive
-  return alltoall(out, copies, std::move(outSplits), std::move(inSplits));
+  outSplits[rank()] = 0;
+  inSplits[rank()] = 0;
+  at::Tensor slots = out.narrow(0, 0, (size() - 1) * slotBytes);
+  // A copy for each other member (the Work keeps them alive); two members send `in` itself.
+  at::Tensor copies = size() == 2 ? in : copiesOf(in, size() - 1);
+  auto work = alltoall(slots, copies, std::move(outSplits), std::move(inSplits));
+  out.narrow(0, recordOffset(rank(), slotBytes), sent).copy_(in);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(at::Tensor& data, int root) const {

@@ -60,18 +60,22 @@ class InterHostEngine {
       std::vector<int64_t> inSplits) const;
   c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& data, int root) const;
   // Every member sends `in` (at most `slotBytes`) to every other member, each receiving into a
-  // slot of `slotBytes` per member (its own: in's size; recordOffset() says where each lands).
-  // Only what `in` holds crosses the network, yet a member that sends more than its peers (it
-  // called another collective) never overruns their slots: gloo aborts the process when a
-  // message is larger than its receive, and accepts a shorter one.
+  // slot of `slotBytes` per member; its own record is copied after the others' slots
+  // (recordOffset() says where each lands). Only what `in` holds crosses the network, yet a
+  // member that sends more than its peers (it called another collective) never overruns their
+  // slots: gloo aborts the process when a message is larger than its receive, and accepts a
+  // shorter one.
   c10::intrusive_ptr<c10d::Work> exchangeRecords(
-      at::Tensor& out, at::Tensor& in, int64_t slotBytes) const;
+      at::Tensor& out, const at::Tensor& in, int64_t slotBytes) const;
   // The size exchangeRecords' `out` must have, and where member m's record starts in it.
   int64_t recordsBytes(int64_t inBytes, int64_t slotBytes) const {
     return (size() - 1) * slotBytes + inBytes;
   }
-  int64_t recordOffset(int member, int64_t inBytes, int64_t slotBytes) const {
-    return member <= rank() ? member * slotBytes : (member - 1) * slotBytes + inBytes;
+  int64_t recordOffset(int member, int64_t slotBytes) const {
+    if (member == rank()) {
+      return (size() - 1) * slotBytes;
+    }
+    return (member < rank() ? member : member - 1) * slotBytes;
   }
 
   // Waits for `work` of this engine. Raises (failing the group) if it failed -- naming the
@@ -91,5 +95,7 @@ class InterHostEngine {
 
 // A contiguous tensor's bytes as a 1-D uint8 tensor (the engines move bytes).
 at::Tensor bytesOf(const at::Tensor& tensor);
+// `count` copies of contiguous uint8 `bytes`, one after another, copied on this thread.
+at::Tensor copiesOf(const at::Tensor& bytes, int count);
 
 } // namespace dummy_collectives::hierarchy

@@ -29,6 +29,21 @@ std::byte* bytePtr(const at::Tensor& t) {
   return static_cast<std::byte*>(t.data_ptr());
 }
 
+// `data` (contiguous) zero-padded to `numel` elements. memcpy and memset, not ATen's zeros and
+// copy_: ATen parallelizes large fills and copies with OpenMP, whose threads then spin for a
+// while; where ranks share cores (torchrun leaves OMP_NUM_THREADS unset for one rank per host)
+// that starved gloo's network thread (inter_host.cpp, copiesOf).
+at::Tensor paddedCopy(const at::Tensor& data, int64_t numel) {
+  at::Tensor padded = at::empty({numel}, data.options());
+  const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
+  auto* out = static_cast<std::byte*>(padded.data_ptr());
+  if (bytes > 0) {
+    std::memcpy(out, data.data_ptr(), bytes);
+  }
+  std::memset(out + bytes, 0, static_cast<size_t>(numel) * data.element_size() - bytes);
+  return padded;
+}
+
 ByteView viewOf(const at::Tensor& t) {
   return {bytePtr(t), static_cast<size_t>(t.numel()) * t.element_size()};
 }
@@ -117,15 +132,12 @@ struct ChunkBuffer {
     if (plan.padded(c) == plan.length(c)) {
       work = data;
     } else {
-      work = at::zeros({plan.padded(c)}, flat.options());
-      if (copyIn) {
-        work.narrow(0, 0, plan.length(c)).copy_(data);
-      }
+      work = paddedCopy(copyIn ? data : data.narrow(0, 0, 0), plan.padded(c));
     }
   }
   void finish() const {
     if (!work.is_same(data)) {
-      data.copy_(work.narrow(0, 0, data.numel()));
+      std::memcpy(data.data_ptr(), work.data_ptr(), data.numel() * data.element_size());
     }
   }
 };
@@ -137,8 +149,9 @@ int64_t lineElements(size_t elementSize) {
 
 // ---- allreduce ---------------------------------------------------------------------------------
 
-// gloo's own allreduce pipelines its ring and beats an all-to-all, a fold and an all-gather above
-// a couple of MiB, and loses below (docs/benchmarks.md, "The cross-host exchange").
+// Beyond two members gloo's own allreduce pipelines its ring and beats an all-to-all, a fold and
+// an all-gather above a couple of MiB, and loses below (docs/benchmarks.md, "The cross-host
+// exchange"); two members swap at every size (CrossHostReduction::exchange).
 constexpr size_t kEngineAllreduceMinBytes = size_t{2} << 20;
 
 // Whether the engine's allreduce among `members` computes what dummy's kernels do for `spec`
@@ -147,7 +160,11 @@ constexpr size_t kEngineAllreduceMinBytes = size_t{2} << 20;
 // order. Floating point does not: gloo folds in ring order (not host order) and rounds half
 // types after every add, so it is used only between two members, where a sum or product is one
 // commutative operation; its MIN/MAX (std::min) picks a NaN or not by operand order.
-std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, int members) {
+// `anyOrder`: the caller accepts gloo's ring order for float and double sums and products (a
+// whole message crossing hosts in one operation: the ring folds each element in one order and
+// forwards that result, so every rank still gets the same bits, only not in host order).
+std::optional<c10d::ReduceOp> engineReduction(
+    const ReduceSpec& spec, int members, bool anyOrder = false) {
   switch (spec.dtype) {
     case at::kFloat:
     case at::kDouble:
@@ -163,7 +180,8 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, int member
   }
   const bool integral = c10::isIntegralType(spec.dtype, /*includeBool=*/false);
   const bool minOrMax = spec.kind == ReduceKind::kMin || spec.kind == ReduceKind::kMax;
-  if (!integral && (members != 2 || minOrMax)) {
+  const bool ringOrderIsFine = anyOrder && (spec.dtype == at::kFloat || spec.dtype == at::kDouble);
+  if (!integral && (minOrMax || (members != 2 && !ringOrderIsFine))) {
     return std::nullopt;
   }
   switch (spec.kind) {
@@ -188,32 +206,42 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, int member
 // The cross-host stage of a pipelined allreduce: afterwards every member of `engine` holds, in
 // its chunk tensor, the fold over members of theirs (same size on every member). Three
 // pipeline stages, so that the engine moves one chunk while the host level works on others:
-//   exchange: the engine's own allreduce for large chunks, where it computes what our kernels
-//             do (its ring overlaps sending, receiving and adding); else, between two members,
-//             each sends the other its whole chunk (one round trip, and no more bytes than a
-//             ring's two); else an all-to-all of the chunk's pieces (member m keeps piece m of
+//   exchange: between two members, each sends the other its whole chunk (one round trip, and
+//             no more bytes than a ring's two steps); beyond two, the engine's own allreduce for
+//             large chunks, where it computes what our kernels do (its ring overlaps sending,
+//             receiving and adding); else an all-to-all of the chunk's pieces (member m keeps piece m of
 //             everyone's);
 //   fold:     the fold of both chunks (two members) or of piece m, in host order; AVG's
 //             division after the engine's allreduce;
 //   gather:   nothing, or an all-gather of the folded pieces back into the chunk.
-// Two members exchange whole chunks because one round trip beats the all-to-all's two, and
-// large chunks keep the engine's allreduce because there it beats both (docs/benchmarks.md,
-// "The cross-host exchange").
+// Two members exchange whole chunks because one round trip beats the all-to-all's two and the
+// engine's ring's two steps; beyond two, large chunks keep the engine's allreduce because there
+// it beats the all-to-all (docs/benchmarks.md, "The cross-host exchange").
 class CrossHostReduction {
  public:
   CrossHostReduction(
-      const InterHostEngine& engine, const OpContext& ctx, const ReduceSpec& spec, int chunks)
+      const InterHostEngine& engine,
+      const OpContext& ctx,
+      const ReduceSpec& spec,
+      int chunks,
+      bool wholeMessage = false)
       : engine_(engine),
         ctx_(ctx),
         spec_(crossSpec(spec)),
-        native_(engineReduction(spec_, engine.size())),
+        native_(engineReduction(spec_, engine.size(), wholeMessage)),
         chunks_(chunks) {}
+
+  // Whether a chunk of `bytes` is exchanged as an all-to-all of equal pieces, one per member
+  // (its element count must then divide into them).
+  bool inPieces(size_t bytes) const {
+    return engine_.size() > 2 && !native(bytes);
+  }
 
   Pending exchange(int c, const at::Tensor& data) {
     Chunk& k = chunks_[c];
     k.data = data;
     const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
-    k.native = native_.has_value() && bytes >= kEngineAllreduceMinBytes;
+    k.native = native(bytes);
     if (engine_.size() == 2 && !k.native) {
       // Send all of ours to the other member, nothing to ourselves.
       const int64_t n = static_cast<int64_t>(bytes);
@@ -288,6 +316,12 @@ class CrossHostReduction {
     at::Tensor pieces;
     at::Tensor folded;
   };
+  // Two members swap whole chunks at every size: one step where the engine's ring takes two
+  // for the same bytes (gloo, 2 hosts of 1 rank: 1 MiB 1.8x, 4 MiB 1.07x, 16 MiB 1.14x).
+  bool native(size_t bytes) const {
+    return native_.has_value() && bytes >= kEngineAllreduceMinBytes && engine_.size() > 2;
+  }
+
   const InterHostEngine& engine_;
   const OpContext& ctx_;
   const ReduceSpec spec_;
@@ -407,15 +441,13 @@ void allreduceOneRankPerHost(
   if (spec.premul) {
     flat.mul_(spec.factor);
   }
-  // Beyond two hosts the exchange may be an all-to-all of equal pieces: pad to whole pieces.
-  const int H = levels.rail->size();
-  const int64_t granule = int64_t{H} * lineElements(flat.element_size());
+  CrossHostReduction across(*levels.rail, ctx, spec, 1, /*wholeMessage=*/true);
+  // An all-to-all of equal pieces needs whole pieces: pad (copies cost a memory pass each).
+  const int64_t granule = int64_t{levels.rail->size()} * lineElements(flat.element_size());
   at::Tensor work = flat;
-  if (H > 2 && flat.numel() % granule != 0) {
-    work = at::zeros({roundUp(flat.numel(), granule)}, flat.options());
-    work.narrow(0, 0, flat.numel()).copy_(flat);
+  if (across.inPieces(flat.numel() * flat.element_size()) && flat.numel() % granule != 0) {
+    work = paddedCopy(flat, roundUp(flat.numel(), granule));
   }
-  CrossHostReduction across(*levels.rail, ctx, spec, 1);
   if (Pending exchanged = across.exchange(0, work)) {
     exchanged();
   }
@@ -424,7 +456,7 @@ void allreduceOneRankPerHost(
     gathered();
   }
   if (!work.is_same(flat)) {
-    flat.copy_(work.narrow(0, 0, flat.numel()));
+    std::memcpy(bytePtr(flat), bytePtr(work), flat.numel() * flat.element_size());
   }
 }
 
@@ -624,6 +656,23 @@ void allgatherData(
     at::Tensor outBytes = bytesOf(out);
     at::Tensor inBytes = bytesOf(in);
     levels.everyone.wait(levels.everyone.allgather(outBytes, inBytes), ctx);
+    return;
+  }
+  if (levels.oneRankPerHost() && levels.rail->size() == 2) {
+    // Two hosts of one rank: each sends its input to the other, received straight into the
+    // output (gloo's ring does the same step; the engine copies nothing for itself).
+    debug_log::note("one rank per host, two hosts: swap");
+    const InterHostEngine& rail = *levels.rail;
+    const int me = rail.rank();
+    const int64_t bytes = in.numel() * in.element_size();
+    at::Tensor outBytes = bytesOf(out);
+    at::Tensor theirs = outBytes.narrow(0, (1 - me) * bytes, bytes);
+    at::Tensor mine = bytesOf(in);
+    std::vector<int64_t> splits(2, 0);
+    splits[1 - me] = bytes;
+    Pending swapped = waitEngine(rail, ctx, rail.alltoall(theirs, mine, splits, splits));
+    std::memcpy(bytePtr(outBytes) + me * bytes, bytePtr(mine), static_cast<size_t>(bytes));
+    swapped();
     return;
   }
   if (levels.oneRankPerHost()) {
