@@ -643,6 +643,70 @@ void scatterBlocks(
 
 } // namespace
 
+namespace {
+
+// Hosts of different sizes: every host's inputs gathered inside it, the hosts' blocks exchanged
+// among the leaders in one all-to-all, the whole set broadcast inside each host. One cross-host
+// step between leaders, where an all-gather over every rank crosses hosts once per rank.
+void allgatherThroughLeaders(
+    const Levels& levels, const OpContext& ctx, const at::Tensor& in, at::Tensor& out) {
+  debug_log::note("through the leaders");
+  const Topology& topology = levels.topology;
+  const int64_t bytes = in.numel() * in.element_size();
+  at::Tensor mine = bytesOf(in);
+  // This host's inputs, in local rank order.
+  at::Tensor hostBlock = mine;
+  if (levels.host.size() > 1) {
+    hostBlock = at::empty({bytes * levels.host.size()}, at::kByte);
+    levels.host.allgather(ctx, hostBlock, mine, InHostLevel::Step::kFollowing)();
+  }
+  // Every host's block, host by host.
+  at::Tensor all = at::empty({bytes * topology.size()}, at::kByte);
+  auto blockOffset = [&](int host) {
+    int64_t ranks = 0;
+    for (int h = 0; h < host; ++h) {
+      ranks += static_cast<int64_t>(topology.ranksOn(h).size());
+    }
+    return ranks * bytes;
+  };
+  if (levels.leader()) {
+    const InterHostEngine& leaders = *levels.rail;
+    const int H = leaders.size();
+    const int me = leaders.rank(); // the leaders' rail lists hosts in order
+    std::vector<int64_t> outSplits(H, 0);
+    std::vector<int64_t> inSplits(H, hostBlock.numel());
+    for (int h = 0; h < H; ++h) {
+      outSplits[h] = h == me ? 0 : static_cast<int64_t>(topology.ranksOn(h).size()) * bytes;
+    }
+    inSplits[me] = 0;
+    at::Tensor received = at::empty({topology.size() * bytes - hostBlock.numel()}, at::kByte);
+    at::Tensor copies = copiesOf(hostBlock, H - 1);
+    Pending exchanged =
+        waitEngine(leaders, ctx, leaders.alltoall(received, copies, outSplits, inSplits));
+    std::memcpy(bytePtr(all) + blockOffset(me), bytePtr(hostBlock), hostBlock.numel());
+    exchanged();
+    int64_t from = 0;
+    for (int h = 0; h < H; ++h) {
+      if (h != me) {
+        std::memcpy(bytePtr(all) + blockOffset(h), bytePtr(received) + from, outSplits[h]);
+        from += outSplits[h];
+      }
+    }
+  }
+  if (levels.host.size() > 1) {
+    levels.host.broadcast(ctx, all, 0)();
+  }
+  for (int h = 0; h < topology.hostCount(); ++h) {
+    int64_t from = blockOffset(h);
+    for (const int rank : topology.ranksOn(h)) {
+      std::memcpy(bytePtr(out) + rank * bytes, bytePtr(all) + from, bytes);
+      from += bytes;
+    }
+  }
+}
+
+} // namespace
+
 void allgatherData(
     const Levels& levels,
     const OpContext& ctx,
@@ -652,10 +716,7 @@ void allgatherData(
   at::Tensor in = input.reshape(-1);
   at::Tensor out = output.view(-1);
   if (!topology.uniform()) {
-    debug_log::note("gloo over every rank");
-    at::Tensor outBytes = bytesOf(out);
-    at::Tensor inBytes = bytesOf(in);
-    levels.everyone.wait(levels.everyone.allgather(outBytes, inBytes), ctx);
+    allgatherThroughLeaders(levels, ctx, in, out);
     return;
   }
   if (levels.oneRankPerHost() && levels.rail->size() == 2) {
@@ -676,13 +737,12 @@ void allgatherData(
     return;
   }
   if (levels.oneRankPerHost()) {
-    // Rank order is host order: the engine's own all-gather writes the output in place.
-    debug_log::note("one rank per host, the engine's all-gather");
+    // Rank order is host order: one all-to-all of the input to every member writes the output
+    // in place (one step, where gloo's all-gather ring takes one per other host).
+    debug_log::note("one rank per host, all-to-all of the input");
     at::Tensor outBytes = bytesOf(out);
     at::Tensor inBytes = bytesOf(in);
-    c10d::AllgatherOptions opts;
-    opts.timeout = ctx.timeout;
-    levels.rail->wait((*levels.rail)->_allgather_base(outBytes, inBytes, opts), ctx);
+    levels.rail->wait(levels.rail->allgather(outBytes, inBytes), ctx);
     return;
   }
   // On rail k, every host's rank k's input; then inside the host, every rail's.
@@ -735,12 +795,13 @@ void allgather(
   const Topology& topology = levels.topology;
   const size_t bytes = static_cast<size_t>(input.numel()) * input.element_size();
   // Small: the whole output (every rank's input) rides back to the host in one record.
-  if (!topology.uniform() || bytes * topology.size() > levels.settings.inlineBytes) {
+  if (bytes * topology.size() > levels.settings.inlineBytes) {
     agree(levels, ctx);
     allgatherData(levels, ctx, input, output);
     return;
   }
-  // Small: every host's inputs ride with the agreement, in [host][local rank] order.
+  // Small: every host's inputs ride with the agreement, host by host, each host's in local
+  // rank order (hosts may differ in size).
   debug_log::note("inline with the agreement");
   auto concat = [](const std::vector<ByteView>& parts) {
     Bytes all;
@@ -752,14 +813,13 @@ void allgather(
   const Combine combine{concat, concat};
   const Bytes result = agree(levels, ctx, viewOf(input.contiguous()), &combine);
   at::Tensor out = output.view(-1);
-  const int L = topology.localSize();
+  size_t from = 0;
   for (int h = 0; h < topology.hostCount(); ++h) {
-    for (int k = 0; k < L; ++k) {
-      const int rank = topology.ranksOn(h)[k];
+    for (const int rank : topology.ranksOn(h)) {
       if (bytes > 0) {
-        std::memcpy(
-            bytePtr(out) + rank * bytes, result.data() + (h * L + k) * bytes, bytes);
+        std::memcpy(bytePtr(out) + rank * bytes, result.data() + from, bytes);
       }
+      from += bytes;
     }
   }
 }
