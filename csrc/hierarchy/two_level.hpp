@@ -28,7 +28,7 @@ namespace dummy_collectives::hierarchy::two_level {
 // engine. Fewer chunks, or a larger least size, left a 1 Gbit/s link idle around the exposed
 // stages; more chunks cost unshaped links a core hand-off per operation (docs/benchmarks.md,
 // "Chunk size and count").
-constexpr int64_t kMinChunks = 4;
+constexpr int64_t kMinChunks = 8;
 constexpr size_t kMinChunkBytes = size_t{256} << 10;
 
 // In place; every dtype and ReduceOp of the one-host path (AVG divides the total once).
