@@ -25,9 +25,7 @@ def _group_settings(options: Options) -> dict[str, object]:
     return {label: getattr(options, name) for name, label in _GROUP_WIDE}
 
 
-def _create_backend(
-    dist_opts: Any, pg_options: Options | None
-) -> DummyBackend:
+def _create_backend(dist_opts: Any, pg_options: Options | None) -> DummyBackend:
     """The creator c10d calls (extended API) for every group that uses the backend.
 
     Ranks on one host get today's shared-memory backend; a group whose ranks span hosts gets the

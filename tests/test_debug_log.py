@@ -158,8 +158,11 @@ def test_info_describes_each_group_once_on_every_rank(
         require_line(log, r"DUMMY INFO host 1 of 2: simhost1( \(\S+\))?, rank 1$", "host 1")
         require_line(log, r"cross-host engine gloo \(inter_host auto\) over rails \(ranks per "
                      r"host 1; this rank's rail: ranks 0, 1\)", "engine")  # fmt: skip
-        require_line(log, r"cross-host: up to inter_host_inline_bytes 16 KiB ride with the "
-                     r"agreement", "inline/chunk bytes")  # fmt: skip
+        # Two hosts of one rank: the plan raises what rides with the agreement and says why.
+        require_line(log, r"cross-host plan: up to 256 KiB \(inter_host_inline_bytes 16 KiB, "
+                     r"raised: two hosts of one rank.*\) ride with the agreement \(one exchange\); "
+                     r"larger messages cross hosts whole, in one engine operation",
+                     "cross-host plan")  # fmt: skip
         require_line(log, rf"DUMMY INFO host level: local rank 0 of 1 \(the group's ranks on "
                      rf"this host: {r}\)$", "host level")  # fmt: skip
         require_line(log, r"DUMMY INFO host level: transport: shared memory", "host transport")
@@ -205,9 +208,10 @@ def test_trace_writes_a_line_per_operation(log_env: pytest.MonkeyPatch) -> None:
         group = re.escape(hosts_group)
         require_line(log, rf"DUMMY TRACE allreduce #1 of 4 Float elements with SUM \(16 B\) in "
                      rf"group {group}: inline with the agreement; done", "inline")  # fmt: skip
+        # One rank per host: the plan sends large messages whole (no pipeline).
         require_line(log, rf"DUMMY TRACE allreduce #2 of 262144 Float elements with SUM \(1 MiB\) "
-                     rf"in group {group}: on the rails, pipelined, chunks 4; done",
-                     "pipelined")  # fmt: skip
+                     rf"in group {group}: one rank per host, whole message; done",
+                     "whole message")  # fmt: skip
         assert len(traced) == len(done) + 1 + 2, "\n".join(traced)
 
 
