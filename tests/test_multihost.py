@@ -215,20 +215,26 @@ def test_a_rank_killed_on_another_host_is_named_everywhere_within_2s(hosts, vict
     assert not job.leftover_shm, job.leftover_shm
 
 
+def check_mismatch_results(result: dict[str, Any]) -> None:
+    """What every rank of the "mismatch" scenario must report, whatever the layout: the sizes
+    that differ across hosts named, both calls leaving the tensors untouched, the group usable."""
+    across = result["across_hosts"]
+    assert across is not None and "ranks called different collectives" in across, result
+    assert "allreduce #1 of 4 Float" in across and "allreduce #1 of 5 Float" in across, across
+    assert result["across_hosts_untouched"], result
+    assert result["within_host_untouched"], result
+    assert result["usable_after"], result
+
+
 @support.requires_dummy
 def test_mismatches_across_hosts_fail_every_rank_and_leave_the_group_usable(hosts) -> None:
     job = run_job(hosts, "mismatch")
     check_ran_everywhere(job, 4)
     assert job.returncodes == [0, 0], job.report()
     for result in job.results.values():
-        across = result["across_hosts"]
-        assert across is not None and "ranks called different collectives" in across, result
-        assert "allreduce #1 of 4 Float" in across and "allreduce #1 of 5 Float" in across, across
-        assert result["across_hosts_untouched"], result
+        check_mismatch_results(result)
         within = result["within_host"]
         assert within is not None and "called different collectives" in within, result
-        assert result["within_host_untouched"], result
-        assert result["usable_after"], result
     # The host whose ranks disagreed names each rank's call; the other host names the host.
     assert "broadcast #2" in job.results[3]["within_host"], job.results[3]
     assert "ranks 2, 3 called different collectives" in job.results[0]["within_host"]
@@ -242,14 +248,9 @@ def test_mismatches_between_hosts_of_one_rank_fail_both_and_leave_the_group_usab
     check_ran_everywhere(job, 2)
     assert job.returncodes == [0, 0], job.report()
     for result in job.results.values():
-        across = result["across_hosts"]
-        assert across is not None and "ranks called different collectives" in across, result
-        assert "allreduce #1 of 4 Float" in across and "allreduce #1 of 5 Float" in across, across
-        assert result["across_hosts_untouched"], result
+        check_mismatch_results(result)
         other = result["within_host"]
         assert other is not None and "broadcast #2" in other and "allreduce #2" in other, result
-        assert result["within_host_untouched"], result
-        assert result["usable_after"], result
 
 
 @support.requires_dummy

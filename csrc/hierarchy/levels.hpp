@@ -38,7 +38,7 @@ struct Levels {
   // engine's work into more, smaller operations. Collectives then cross hosts in one operation
   // on the whole message (two_level.cpp, "One rank per host").
   bool oneRankPerHost() const {
-    return topology.uniform() && topology.localSize() == 1;
+    return topology.oneRankPerHost();
   }
 };
 

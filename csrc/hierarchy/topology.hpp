@@ -52,6 +52,10 @@ class Topology {
   bool uniform() const {
     return uniform_;
   }
+  // Every host runs one rank (the usual CPU layout): there is no in-host stage at all.
+  bool oneRankPerHost() const {
+    return uniform_ && localSize() == 1;
+  }
   // The ranks with local rank k on each host that has one, in host order.
   std::vector<int> rail(int k) const;
   // The most ranks any host runs.

@@ -157,17 +157,16 @@ int64_t lineElements(size_t elementSize) {
 // exchange"); two members swap at every size (CrossHostReduction::exchange).
 constexpr size_t kEngineAllreduceMinBytes = size_t{2} << 20;
 
-// Whether the engine's allreduce among `members` computes what dummy's kernels do for `spec`
-// (across hosts: no premultiplication, AVG's division done apart), to the bit: gloo has no
-// int16, complex or AVG, and its bool is left to our kernels. Integers come out the same in any
-// order. Floating point does not: gloo folds in ring order (not host order) and rounds half
-// types after every add, so it is used only between two members, where a sum or product is one
-// commutative operation; its MIN/MAX (std::min) picks a NaN or not by operand order.
+// Whether the engine's allreduce computes what dummy's kernels do for `spec` (across hosts: no
+// premultiplication, AVG's division done apart), to the bit: gloo has no int16, complex or AVG,
+// and its bool is left to our kernels. Integers come out the same in any order. Floating point
+// does not: gloo folds in ring order (not host order) and rounds half types after every add; its
+// MIN/MAX (std::min) picks a NaN or not by operand order. (Two members never use the engine's
+// allreduce: CrossHostReduction::native.)
 // `anyOrder`: the caller accepts gloo's ring order for float and double sums and products (a
 // whole message crossing hosts in one operation: the ring folds each element in one order and
 // forwards that result, so every rank still gets the same bits, only not in host order).
-std::optional<c10d::ReduceOp> engineReduction(
-    const ReduceSpec& spec, int members, bool anyOrder = false) {
+std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, bool anyOrder) {
   switch (spec.dtype) {
     case at::kFloat:
     case at::kDouble:
@@ -184,7 +183,7 @@ std::optional<c10d::ReduceOp> engineReduction(
   const bool integral = c10::isIntegralType(spec.dtype, /*includeBool=*/false);
   const bool minOrMax = spec.kind == ReduceKind::kMin || spec.kind == ReduceKind::kMax;
   const bool ringOrderIsFine = anyOrder && (spec.dtype == at::kFloat || spec.dtype == at::kDouble);
-  if (!integral && (minOrMax || (members != 2 && !ringOrderIsFine))) {
+  if (!integral && (minOrMax || !ringOrderIsFine)) {
     return std::nullopt;
   }
   switch (spec.kind) {
@@ -212,8 +211,8 @@ std::optional<c10d::ReduceOp> engineReduction(
 //   exchange: between two members, each sends the other its whole chunk (one round trip, and
 //             no more bytes than a ring's two steps); beyond two, the engine's own allreduce for
 //             large chunks, where it computes what our kernels do (its ring overlaps sending,
-//             receiving and adding); else an all-to-all of the chunk's pieces (member m keeps piece m of
-//             everyone's);
+//             receiving and adding); else an all-to-all of the chunk's pieces (member m keeps
+//             piece m of everyone's);
 //   fold:     the fold of both chunks (two members) or of piece m, in host order; AVG's
 //             division after the engine's allreduce;
 //   gather:   nothing, or an all-gather of the folded pieces back into the chunk.
@@ -231,7 +230,7 @@ class CrossHostReduction {
       : engine_(engine),
         ctx_(ctx),
         spec_(crossSpec(spec)),
-        native_(engineReduction(spec_, engine.size(), wholeMessage)),
+        native_(engineReduction(spec_, wholeMessage)),
         chunks_(chunks) {}
 
   // Whether a chunk of `bytes` is exchanged as an all-to-all of equal pieces, one per member
@@ -337,7 +336,11 @@ class CrossHostReduction {
 // given, is finished just before the first cross-host step: the first reduce-scatter (which
 // writes only scratch) overlaps the leaders' exchange.
 void allreduceOnRails(
-    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec, Agreement* agreement) {
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& flat,
+    const ReduceSpec& spec,
+    Agreement* agreement) {
   const int L = levels.host.size();
   const int H = levels.rail->size();
   debug_log::note("on the rails");
@@ -650,6 +653,21 @@ void scatterBlocks(
 
 namespace {
 
+// `hostOrdered` holds every rank's `bytes`, host by host, each host's in local rank order;
+// rank r's go to block r of `out`.
+void placeByRank(
+    const Topology& topology, const std::byte* hostOrdered, at::Tensor& out, int64_t bytes) {
+  if (bytes == 0) {
+    return;
+  }
+  for (int h = 0; h < topology.hostCount(); ++h) {
+    for (const int rank : topology.ranksOn(h)) {
+      std::memcpy(bytePtr(out) + rank * bytes, hostOrdered, static_cast<size_t>(bytes));
+      hostOrdered += bytes;
+    }
+  }
+}
+
 // Hosts of different sizes: every host's inputs gathered inside it, the hosts' blocks exchanged
 // among the leaders in one all-to-all, the whole set broadcast inside each host. One cross-host
 // step between leaders, where an all-gather over every rank crosses hosts once per rank.
@@ -667,13 +685,11 @@ void allgatherThroughLeaders(
   }
   // Every host's block, host by host.
   at::Tensor all = at::empty({bytes * topology.size()}, at::kByte);
-  auto blockOffset = [&](int host) {
-    int64_t ranks = 0;
-    for (int h = 0; h < host; ++h) {
-      ranks += static_cast<int64_t>(topology.ranksOn(h).size());
-    }
-    return ranks * bytes;
-  };
+  std::vector<int64_t> blockOffset(topology.hostCount() + 1, 0);
+  for (int h = 0; h < topology.hostCount(); ++h) {
+    blockOffset[h + 1] =
+        blockOffset[h] + static_cast<int64_t>(topology.ranksOn(h).size()) * bytes;
+  }
   if (levels.leader()) {
     const InterHostEngine& leaders = *levels.rail;
     const int H = leaders.size();
@@ -681,19 +697,19 @@ void allgatherThroughLeaders(
     std::vector<int64_t> outSplits(H, 0);
     std::vector<int64_t> inSplits(H, hostBlock.numel());
     for (int h = 0; h < H; ++h) {
-      outSplits[h] = h == me ? 0 : static_cast<int64_t>(topology.ranksOn(h).size()) * bytes;
+      outSplits[h] = h == me ? 0 : blockOffset[h + 1] - blockOffset[h];
     }
     inSplits[me] = 0;
     at::Tensor received = at::empty({topology.size() * bytes - hostBlock.numel()}, at::kByte);
     at::Tensor copies = copiesOf(hostBlock, H - 1);
     Pending exchanged =
         waitEngine(leaders, ctx, leaders.alltoall(received, copies, outSplits, inSplits));
-    std::memcpy(bytePtr(all) + blockOffset(me), bytePtr(hostBlock), hostBlock.numel());
+    std::memcpy(bytePtr(all) + blockOffset[me], bytePtr(hostBlock), hostBlock.numel());
     exchanged();
     int64_t from = 0;
     for (int h = 0; h < H; ++h) {
       if (h != me) {
-        std::memcpy(bytePtr(all) + blockOffset(h), bytePtr(received) + from, outSplits[h]);
+        std::memcpy(bytePtr(all) + blockOffset[h], bytePtr(received) + from, outSplits[h]);
         from += outSplits[h];
       }
     }
@@ -701,13 +717,7 @@ void allgatherThroughLeaders(
   if (levels.host.size() > 1) {
     levels.host.broadcast(ctx, all, 0)();
   }
-  for (int h = 0; h < topology.hostCount(); ++h) {
-    int64_t from = blockOffset(h);
-    for (const int rank : topology.ranksOn(h)) {
-      std::memcpy(bytePtr(out) + rank * bytes, bytePtr(all) + from, bytes);
-      from += bytes;
-    }
-  }
+  placeByRank(topology, bytePtr(all), out, bytes);
 }
 
 } // namespace
@@ -724,26 +734,10 @@ void allgatherData(
     allgatherThroughLeaders(levels, ctx, in, out);
     return;
   }
-  if (levels.oneRankPerHost() && levels.rail->size() == 2) {
-    // Two hosts of one rank: each sends its input to the other, received straight into the
-    // output (gloo's ring does the same step; the engine copies nothing for itself).
-    debug_log::note("one rank per host, two hosts: swap");
-    const InterHostEngine& rail = *levels.rail;
-    const int me = rail.rank();
-    const int64_t bytes = in.numel() * in.element_size();
-    at::Tensor outBytes = bytesOf(out);
-    at::Tensor theirs = outBytes.narrow(0, (1 - me) * bytes, bytes);
-    at::Tensor mine = bytesOf(in);
-    std::vector<int64_t> splits(2, 0);
-    splits[1 - me] = bytes;
-    Pending swapped = waitEngine(rail, ctx, rail.alltoall(theirs, mine, splits, splits));
-    std::memcpy(bytePtr(outBytes) + me * bytes, bytePtr(mine), static_cast<size_t>(bytes));
-    swapped();
-    return;
-  }
   if (levels.oneRankPerHost()) {
     // Rank order is host order: one all-to-all of the input to every member writes the output
-    // in place (one step, where gloo's all-gather ring takes one per other host).
+    // in place (one step, where gloo's all-gather ring takes one per other host; two hosts
+    // swap: InterHostEngine::allgather).
     debug_log::note("one rank per host, all-to-all of the input");
     at::Tensor outBytes = bytesOf(out);
     at::Tensor inBytes = bytesOf(in);
@@ -817,15 +811,7 @@ void allgather(
   const Combine combine{concat, concat};
   const Bytes result = agree(levels, ctx, viewOf(input.contiguous()), &combine);
   at::Tensor out = output.view(-1);
-  size_t from = 0;
-  for (int h = 0; h < topology.hostCount(); ++h) {
-    for (const int rank : topology.ranksOn(h)) {
-      if (bytes > 0) {
-        std::memcpy(bytePtr(out) + rank * bytes, result.data() + from, bytes);
-      }
-      from += bytes;
-    }
-  }
+  placeByRank(topology, result.data(), out, static_cast<int64_t>(bytes));
 }
 
 // ---- reduce-scatter ----------------------------------------------------------------------------

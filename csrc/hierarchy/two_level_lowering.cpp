@@ -177,7 +177,7 @@ TwoLevelLowering::TwoLevelLowering(
   everyone_ = std::make_unique<InterHostEngine>(std::move(everyone), all, topology_, *health_);
   HierarchySettings settings;
   settings.inlineBytes = options_->interHostInlineBytes;
-  if (topology_.uniform() && topology_.localSize() == 1 && topology_.hostCount() == 2) {
+  if (topology_.oneRankPerHost() && topology_.hostCount() == 2) {
     // Two hosts of one rank: no in-host step pays for a record's size, and one exchange of
     // the whole message beats the engine's two-step ring (docs/benchmarks.md, "One rank per
     // host"). Beyond two hosts every leader would send the whole message to every other.
