@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
-from dummy_collectives import _hierarchy, topology
+from dummy_collectives import _hierarchy, _shrink, topology
 from dummy_collectives._C import DummyBackend, Options, _options_table
 
 BACKEND_NAME = "dummy"
@@ -26,11 +27,7 @@ def _group_settings(options: Options) -> dict[str, object]:
 
 
 def _create_backend(dist_opts: Any, pg_options: Options | None) -> DummyBackend:
-    """The creator c10d calls (extended API) for every group that uses the backend.
-
-    Ranks on one host get today's shared-memory backend; a group whose ranks span hosts gets the
-    two-level one (``_hierarchy``).
-    """
+    """The creator c10d calls (extended API) for every group that uses the backend."""
     if pg_options is None:
         pg_options = Options()
     elif not isinstance(pg_options, Options):
@@ -38,30 +35,51 @@ def _create_backend(dist_opts: Any, pg_options: Options | None) -> DummyBackend:
             f"dummy backend: pg_options must be dummy_collectives.Options, "
             f"got {type(pg_options).__name__}"
         )
-    store, rank, size = dist_opts.store, dist_opts.group_rank, dist_opts.group_size
-    # The debug log and the flight recorder name the group as c10d does ("0": the default one).
-    name = str(getattr(dist_opts, "group_id", None) or "")
+    size = dist_opts.group_size
     # Its ranks in the world, for the flight recorder's pg_config (empty for the default group).
     global_ranks = [int(r) for r in (getattr(dist_opts, "global_ranks_in_group", None) or [])]
-    if len(global_ranks) != size:
-        global_ranks = []
-    found = topology.discover(
-        store, rank, size, _group_settings(pg_options), timeout=dist_opts.timeout
+    return make_backend(
+        dist_opts.store,
+        dist_opts.group_rank,
+        size,
+        dist_opts.timeout,
+        pg_options,
+        # The debug log and the flight recorder name the group as c10d does ("0": the default).
+        str(getattr(dist_opts, "group_id", None) or ""),
+        global_ranks if len(global_ranks) == size else [],
     )
-    if len(found.hosts) == 1 or pg_options.mode == "zero":
-        return DummyBackend(
+
+
+def make_backend(
+    store: dist.Store,
+    rank: int,
+    size: int,
+    timeout: timedelta,
+    options: Options,
+    name: str,
+    global_ranks: list[int],
+) -> DummyBackend:
+    """Rank ``rank`` of a new group of ``size`` that meets through ``store``: ranks on one host
+    get the shared-memory backend, a group whose ranks span hosts the two-level one
+    (``_hierarchy``). The group can shrink (``_shrink``)."""
+    found = topology.discover(store, rank, size, _group_settings(options), timeout=timeout)
+    if len(found.hosts) == 1 or options.mode == "zero":
+        backend = DummyBackend(
             store,
             rank,
             size,
-            dist_opts.timeout,
-            pg_options,
+            timeout,
+            options,
             group_name=name,
             global_ranks=global_ranks,
             pids=list(found.pids),
         )
-    return _hierarchy.create(
-        store, found, dist_opts.timeout, pg_options, group_name=name, global_ranks=global_ranks
-    )
+    else:
+        backend = _hierarchy.create(
+            store, found, timeout, options, group_name=name, global_ranks=global_ranks
+        )
+    _shrink.enable(backend, make_backend, store, rank, size, name, global_ranks)
+    return backend
 
 
 def register() -> None:

@@ -13,6 +13,7 @@
 #include <dummy_collectives/param_comms.hpp>
 #include "c10d/this_process.hpp"
 
+#include "c10d/abort_hooks.hpp"
 #include "c10d/backend_submission.hpp"
 #include "c10d/host_staging.hpp"
 
@@ -82,7 +83,8 @@ DummyBackend::DummyBackend(
     : c10d::Backend(rank, size),
       options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
       lowering_(std::move(lowering)),
-      pid_(thisProcessId()) {
+      pid_(thisProcessId()),
+      abortHooks_(std::make_shared<AbortHooks>()) {
   engine_ = std::make_shared<Engine>(Engine::Timing{});
   if (lowering_) {
     fr_ = flight_recorder::registerGroup(options_->group_name, std::move(globalRanks), rank, size);
@@ -124,22 +126,18 @@ void DummyBackend::logCreation() const {
   }
 }
 
-void DummyBackend::abort() {
-  if (lowering_) {
-    lowering_->abort(c10::str(
-        "rank ", getRank(), " (pid ", pid_, ") aborted the process group (ProcessGroup.abort)"));
-  }
-}
-
 void DummyBackend::setTimeout(std::chrono::milliseconds timeout) {
   options_->timeout = timeout;
-  if (lowering_) {
-    lowering_->setTimeout(timeout);
+  if (auto lowering = currentLowering()) {
+    lowering->setTimeout(timeout);
   }
 }
 
-void DummyBackend::requireCreator(const char* collective) const {
+void DummyBackend::requireUsable(const char* collective) const {
   requireCreatorProcess(pid_, collective, getRank());
+  if (C10_UNLIKELY(shutDown_.load(std::memory_order_acquire))) {
+    refuseShutDown(collective);
+  }
 }
 
 void DummyBackend::requireReal(const char* collective) const {
@@ -147,27 +145,34 @@ void DummyBackend::requireReal(const char* collective) const {
 }
 
 std::string DummyBackend::brokenReason() const {
-  return lowering_ ? lowering_->brokenReason() : std::string();
+  if (shutDown_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(lifecycleMu_);
+    return c10::str("the process group was shut down",
+                    failureAtShutdown_.empty() ? "" : " after it failed: ", failureAtShutdown_);
+  }
+  auto lowering = currentLowering();
+  return lowering ? lowering->brokenReason() : std::string();
 }
 
 WaitLedger::Totals DummyBackend::waitTotals() const {
-  if (!lowering_) { // zero mode: nothing waits
+  auto lowering = currentLowering();
+  if (!lowering) { // zero mode (nothing waits), or shut down
     WaitLedger::Totals none;
     none.timesLast.assign(getSize(), 0);
     none.waitedForNs.assign(getSize(), 0);
     return none;
   }
-  return lowering_->waitTotals();
+  return lowering->waitTotals();
 }
 
 void DummyBackend::resetWaits() {
-  if (lowering_) {
-    lowering_->resetWaits();
+  if (auto lowering = currentLowering()) {
+    lowering->resetWaits();
   }
 }
 
 Checker DummyBackend::checker(const char* collective) const {
-  requireCreator(collective);
+  requireUsable(collective);
   return Checker(collective, getRank(), getSize());
 }
 
@@ -519,7 +524,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions& opts) {
-  requireCreator("barrier");
+  requireUsable("barrier");
   requireReal("barrier");
   return submit(
       OpDescriptor{}, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, issued(opts),
@@ -527,7 +532,7 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions&
 }
 
 void DummyBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
-  requireCreator("monitoredBarrier");
+  requireUsable("monitoredBarrier");
   requireReal("monitoredBarrier");
   dummy_collectives::monitoredBarrier(*this, opts, waitAllRanks, options_->timeout);
 }

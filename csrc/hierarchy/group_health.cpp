@@ -12,6 +12,8 @@ namespace dummy_collectives::hierarchy {
 namespace {
 
 const char* const kFailureKey = "dummy_collectives/failure";
+// One key per lost rank ("dummy_collectives/lost/3"): several ranks may report the same loss.
+const char* const kLostKeyPrefix = "dummy_collectives/lost/";
 
 std::vector<uint8_t> bytesOf(const std::string& text) {
   return {text.begin(), text.end()};
@@ -83,12 +85,14 @@ GroupHealth::GroupHealth(
     c10::intrusive_ptr<c10d::Store> store,
     std::function<void(const std::string&)> abortHost,
     std::function<std::string()> hostBroken,
+    std::function<std::vector<int>()> hostLosses,
     std::string self,
     bool watch,
     int hosts)
     : store_(std::move(store)),
       abortHost_(std::move(abortHost)),
       hostBroken_(std::move(hostBroken)),
+      hostLosses_(std::move(hostLosses)),
       self_(std::move(self)),
       // One check per host per period: about a thousand a second for the whole job.
       watchPeriod_(std::clamp(
@@ -154,7 +158,56 @@ void GroupHealth::raiseIfBroken(const std::string& context) {
   }
 }
 
+void GroupHealth::noteLost(const std::vector<int>& ranks) {
+  std::vector<int> added;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const int r : ranks) {
+      if (lost_.insert(r).second) {
+        added.push_back(r);
+      }
+    }
+  }
+  for (const int r : added) {
+    if (storeUnreachable()) {
+      return;
+    }
+    try {
+      store_->add(c10::str(kLostKeyPrefix, r), 1);
+    } catch (const std::exception&) {
+      storeUnreachable_.store(true, std::memory_order_release);
+    }
+  }
+}
+
+std::vector<int> GroupHealth::lostRanks(int size) const {
+  std::set<int> known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    known = lost_;
+  }
+  for (const int r : hostLosses_()) {
+    known.insert(r);
+  }
+  for (int r = 0; r < size && !storeUnreachable(); ++r) {
+    if (known.count(r) != 0) {
+      continue;
+    }
+    try {
+      if (store_->check({c10::str(kLostKeyPrefix, r)})) {
+        known.insert(r);
+      }
+    } catch (const std::exception&) {
+      storeUnreachable_.store(true, std::memory_order_release);
+    }
+  }
+  return {known.begin(), known.end()};
+}
+
 std::string GroupHealth::markFailed(const std::string& reason) {
+  // Who this rank saw die goes to the store before the reason does: a rank that hears of the
+  // failure (the reason) then finds the lost ranks named too.
+  noteLost(hostLosses_());
   std::string winner = reason;
   {
     std::lock_guard<std::mutex> lock(mu_);

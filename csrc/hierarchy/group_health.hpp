@@ -7,8 +7,10 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -47,13 +49,15 @@ class GroupHealth {
   static constexpr std::chrono::milliseconds kMaxWatchPeriod{1000};
 
   // `abortHost` aborts this host's level with a reason (DummyBackend::abortWith), `hostBroken`
-  // says why it was aborted (empty while it was not). `self` names this rank in messages:
+  // says why it was aborted (empty while it was not), `hostLosses` which group ranks of this
+  // host (or this machine) this rank can see to have died. `self` names this rank in messages:
   // "rank 2 (host h1, pid 1234)". `watch`: whether this rank watches the store; `hosts`: how
   // many hosts the group spans (the watch period grows with it).
   GroupHealth(
       c10::intrusive_ptr<c10d::Store> store,
       std::function<void(const std::string&)> abortHost,
       std::function<std::string()> hostBroken,
+      std::function<std::vector<int>()> hostLosses,
       std::string self,
       bool watch,
       int hosts);
@@ -82,6 +86,15 @@ class GroupHealth {
   // Like published(), but waits up to `patience` for a reason to appear; none once the store
   // cannot be reached.
   std::optional<std::string> awaitPublished(std::chrono::milliseconds patience) const;
+  // Ranks this rank lost: dead, or their cross-host connection closed. Told to the other ranks
+  // through the store (a key per rank), so that every survivor can name them, even one that
+  // only heard of the failure (dead_ranks(), then shrink_group).
+  void noteLost(const std::vector<int>& ranks);
+  // The group's ranks (of `size`) lost as far as this rank knows: what it saw itself
+  // (noteLost, hostLosses) and what other ranks told the store. One store request per rank not
+  // already known: call it when recovering, not on a hot path.
+  std::vector<int> lostRanks(int size) const;
+
   // Whether a request to the store failed (its host left or died): then the store is not
   // polled any more.
   bool storeUnreachable() const {
@@ -107,9 +120,11 @@ class GroupHealth {
   c10::intrusive_ptr<c10d::Store> store_;
   std::function<void(const std::string&)> abortHost_;
   std::function<std::string()> hostBroken_;
+  std::function<std::vector<int>()> hostLosses_;
   std::string self_;
   mutable std::mutex mu_;
   std::string reason_; // guarded by mu_
+  std::set<int> lost_; // guarded by mu_: ranks noteLost() was told of
   std::atomic<bool> broken_{false};
   mutable std::atomic<bool> storeUnreachable_{false};
   std::atomic<uint64_t> begun_{0};

@@ -201,8 +201,16 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
   } catch (const std::exception& e) {
     // A peer's connection closed or the engine gave up. If the rank that failed is dead, its
     // host peers see that within their liveness period and publish it, naming it: prefer that.
-    auto reason = health_.awaitPublished(kReasonPatience);
-    health_.fail(ctx.describe(), reason ? *reason : describeFailure(errorText(e)));
+    // A rank alone on its host has nobody to tell (a rank that failed on its own published
+    // before it left): then only what is published already counts.
+    const std::string error = errorText(e);
+    int host = -1;
+    const std::vector<int> suspects = suspectsOf(error, host);
+    const bool aloneOnItsHost = suspects.size() == 1 &&
+        topology_.ranksOn(topology_.hostOf(suspects[0])).size() == 1;
+    auto reason = aloneOnItsHost ? health_.published(/*unreachableIsFailure=*/false)
+                                 : health_.awaitPublished(kReasonPatience);
+    health_.fail(ctx.describe(), reason ? *reason : describeFailure(error));
   }
 }
 
@@ -228,7 +236,7 @@ std::string peerAddress(const std::string& engineError) {
 
 } // namespace
 
-std::string InterHostEngine::describeFailure(const std::string& engineError) const {
+std::vector<int> InterHostEngine::suspectsOf(const std::string& engineError, int& host) const {
   std::vector<int> others;
   for (const int member : members_) {
     if (member != topology_.rank()) {
@@ -244,7 +252,7 @@ std::string InterHostEngine::describeFailure(const std::string& engineError) con
       suspects.push_back(member);
     }
   }
-  const int host = topology_.hostAt(peerAddress(engineError));
+  host = topology_.hostAt(peerAddress(engineError));
   if (suspects.empty() && host >= 0 && host != topology_.host()) {
     for (const int member : others) {
       if (topology_.hostOf(member) == host) {
@@ -252,6 +260,15 @@ std::string InterHostEngine::describeFailure(const std::string& engineError) con
       }
     }
   }
+  return suspects;
+}
+
+std::string InterHostEngine::describeFailure(const std::string& engineError) const {
+  int host = -1;
+  const std::vector<int> suspects = suspectsOf(engineError, host);
+  // Survivors name the ranks they lost to shrink_group (dead_ranks()): a host whose
+  // connection closed is lost whether its process or its network died.
+  health_.noteLost(suspects);
   std::string peer = "a rank on another host";
   if (suspects.size() == 1) {
     peer = topology_.describeRank(suspects[0]);

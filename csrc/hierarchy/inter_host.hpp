@@ -84,6 +84,9 @@ class InterHostEngine {
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const;
 
  private:
+  // The members the engine's failure points at: those whose process this rank can see to have
+  // ended, else those on the host at the address the error names (`host`: that host, or -1).
+  std::vector<int> suspectsOf(const std::string& engineError, int& host) const;
   // Why the engine failed, for the message: the peer it names, if any.
   std::string describeFailure(const std::string& engineError) const;
 

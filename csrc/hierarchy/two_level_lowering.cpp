@@ -155,6 +155,7 @@ TwoLevelLowering::TwoLevelLowering(
       store,
       [shm = hostShm_.get()](const std::string& reason) { shm->abort(reason); },
       [shm = hostShm_.get()] { return shm->brokenReason(); },
+      [this] { return seenDead(); },
       c10::str("rank ", rank, " (", topology_.describeHost(topology_.host()), ", pid ",
                thisProcessId(), ")"),
       /*watch=*/topology_.localRank() == 0,
@@ -263,6 +264,20 @@ std::string TwoLevelLowering::brokenReason() const {
 void TwoLevelLowering::abort(const std::string& reason) {
   // Fails the group on every rank of every host (the reason travels through the store).
   health_->markFailed(reason);
+}
+
+std::vector<int> TwoLevelLowering::seenDead() const {
+  std::vector<int> dead = hostShm_->deadRanks(); // labelled by group rank
+  for (int r = 0; r < topology_.size(); ++r) {
+    if (!sameHost(r) && topology_.processEnded(r)) {
+      dead.push_back(r); // a simulated host's rank, or a namespaced host's on this machine
+    }
+  }
+  return dead;
+}
+
+std::vector<int> TwoLevelLowering::deadRanks() const {
+  return health_->lostRanks(topology_.size());
 }
 
 void TwoLevelLowering::setTimeout(std::chrono::milliseconds timeout) {

@@ -47,6 +47,7 @@ class TwoLevelLowering final : public Lowering {
   std::optional<bool> sharesCores() const override;
   std::string brokenReason() const override;
   void abort(const std::string& reason) override;
+  std::vector<int> deadRanks() const override;
   void setTimeout(std::chrono::milliseconds timeout) override;
   WaitLedger::Totals waitTotals() const override {
     return waits_->totals();
@@ -71,6 +72,9 @@ class TwoLevelLowering final : public Lowering {
   bool sameHost(int peer) const {
     return topology_.hostOf(peer) == topology_.host();
   }
+  // The group ranks this rank can see to have died: its host's (shared memory), and those of
+  // other hosts whose pid it can check (hosts on this machine).
+  std::vector<int> seenDead() const;
   // `work`, completing the flight recorder entry of `p2p` when it completes.
   static c10::intrusive_ptr<c10d::Work> recorded(
       c10::intrusive_ptr<c10d::Work> work, const PointToPoint& p2p);

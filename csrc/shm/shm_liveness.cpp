@@ -61,6 +61,29 @@ std::string ShmTransport::brokenReason() const {
   return ctl_->aborted.load(std::memory_order_acquire) != 0 ? abortReason() : std::string();
 }
 
+std::vector<int> ShmTransport::deadRanks() const {
+  std::vector<int> dead;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) {
+      continue;
+    }
+    const RankControl& peer = control(r);
+    // Its mapped pid where it mapped the segment; else the pid its discovery published (0: in
+    // another pid namespace, where a pid tells nothing).
+    int32_t pid = peer.pid;
+    if (pid > 0 && peer.pidNamespace != control(rank_).pidNamespace) {
+      pid = 0;
+    } else if (pid <= 0) {
+      pid = join_.pids.empty() ? 0 : join_.pids[static_cast<size_t>(r)];
+    }
+    if (pid > 0 && !processAlive(pid)) {
+      dead.push_back(label(r));
+    }
+  }
+  std::sort(dead.begin(), dead.end());
+  return dead;
+}
+
 std::vector<int> ShmTransport::labels(const std::vector<int>& ranks) const {
   std::vector<int> named;
   for (const int r : ranks) {

@@ -137,6 +137,10 @@ void ShmLowering::abort(const std::string& reason) {
   transport_->abort(reason);
 }
 
+std::vector<int> ShmLowering::deadRanks() const {
+  return transport_->deadRanks();
+}
+
 void ShmLowering::setTimeout(std::chrono::milliseconds timeout) {
   p2p_->setTimeout(timeout);
 }

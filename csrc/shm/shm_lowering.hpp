@@ -53,6 +53,7 @@ class ShmLowering final : public Lowering {
 
   std::string brokenReason() const override;
   void abort(const std::string& reason) override;
+  std::vector<int> deadRanks() const override;
   void setTimeout(std::chrono::milliseconds timeout) override;
   WaitLedger::Totals waitTotals() const override;
   void resetWaits() override;

@@ -120,6 +120,9 @@ class ShmTransport final : public Transport {
   std::string peerProblem(int r) const;
   // Why the group can no longer be used (it was aborted); empty while it can. Any thread.
   std::string brokenReason() const;
+  // The ranks (as label() names them) whose process has ended, where this rank can see their
+  // pid (the same pid namespace); ascending. Any thread.
+  std::vector<int> deadRanks() const;
   // The rank messages name for rank r: its rank in the whole group where this transport serves
   // one host of a group that spans several (Placement), else r.
   int label(int r) const {

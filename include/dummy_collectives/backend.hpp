@@ -1,7 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 
 namespace dummy_collectives {
 
+class AbortHooks;
 class Checker;
 class DummyWork;
 class Engine;
@@ -52,9 +55,49 @@ class DummyBackend final : public c10d::Backend {
     return options_;
   }
   void setTimeout(std::chrono::milliseconds timeout) override;
+  // ---- Failure and recovery (recovery.cpp) -------------------------------------------------
   // ProcessGroup.abort() / _abort_process_group: marks the group aborted for every rank, so
-  // queued, blocked and later operations on it raise at once (here and on the peers).
+  // queued, blocked and later operations on it raise at once (here and on the peers). Safe from
+  // any thread, while a collective waits; idempotent.
   void abort() override;
+  // ProcessGroup.shutdown() / destroy_process_group: runs what is queued (a failed group's
+  // operations raise at once), then releases the group's threads and shared memory. Later
+  // calls raise. Idempotent.
+  void shutdown() override;
+  // SUCCESS while the group is usable; once it failed: TIMEOUT (a collective timed out),
+  // COMM_ERROR (this rank failed or aborted it), REMOTE_ERROR (another rank did, or died).
+  c10d::ErrorType getError() override;
+  // The group ranks this rank knows to be gone (Lowering::deadRanks): what survivors exclude.
+  std::vector<int> deadRanks() const;
+
+  // torch.distributed.shrink_group: only the survivors call it, and get a new backend over
+  // themselves, ranks renumbered in order, made through a fresh store prefix without the
+  // excluded ranks. SHRINK_ABORT (kShrinkAbort) aborts this group first, so whatever is in
+  // flight on it raises.
+  static constexpr int kShrinkAbort = 0x01; // torch.distributed.SHRINK_ABORT
+  // Makes the survivors' backend: dummy_collectives/_shrink.py, set at creation (a group made
+  // otherwise cannot shrink). `excluded`: sorted group ranks; `options`: the new group's.
+  using ShrinkFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
+      const std::vector<int64_t>& excluded, const c10::intrusive_ptr<BackendOptions>& options)>;
+  void setShrinkFactory(ShrinkFactory factory) {
+    shrinkFactory_ = std::move(factory);
+  }
+  bool supportsShrinking() const override {
+    return static_cast<bool>(shrinkFactory_);
+  }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranksToExclude,
+      int shrinkFlags = 0,
+      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
+#ifdef C10D_BACKEND_HAS_HOOKS
+  // torch >= 2.15: hooks run once, before the group aborts on a failure (a dead peer, a
+  // timeout, a rank's error) or on abort().
+  bool supportsAbortHooks() const override {
+    return true;
+  }
+  void registerAbortHook(int64_t hookId, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t hookId) override;
+#endif
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -221,9 +264,10 @@ class DummyBackend final : public c10d::Backend {
     Lowering* lowering;
     debug_log::Site site;
     flight_recorder::Group* recorded;
+    AbortHooks* abortHooks; // run when a collective finds the group failed
   };
   Running running() const {
-    return {lowering_.get(), traceSite_, fr_.get()};
+    return {lowering_.get(), traceSite_, fr_.get(), abortHooks_.get()};
   }
   // Runs one collective: `start(OpContext&)` is Lowering::run or runOnDevice with its body.
   template <typename Start>
@@ -243,13 +287,17 @@ class DummyBackend final : public c10d::Backend {
       std::function<void(DummyWork&)> body);
   // The device path for `tensors` (null: staged through host memory, or zero mode).
   DeviceCollectives* deviceFor(const std::vector<at::Tensor>& tensors) const;
-  // Also refuses a forked child (requireCreator).
+  // Also refuses a forked child and a shut-down group (requireUsable).
   Checker checker(const char* collective) const;
   void requireReal(const char* collective) const;
   // Raises in a process that did not create the group: a child forked after the group was made
   // shares the parent's segment and would take the parent's place in its collectives (NCCL
-  // refuses a communicator in a forked child too). A cached compare, not a syscall.
-  void requireCreator(const char* collective) const;
+  // refuses a communicator in a forked child too). A cached compare, not a syscall. Raises too
+  // once the group was shut down (its lowering is gone).
+  void requireUsable(const char* collective) const;
+  [[noreturn]] void refuseShutDown(const char* collective) const;
+  // The lowering, read under lifecycleMu_ (abort() and getError() may race with shutdown()).
+  std::shared_ptr<Lowering> currentLowering() const;
   // _reduce_scatter_base and reduce_scatter_tensor_coalesced: outputs[i] receives part rank()
   // of the reduction of every rank's inputs[i].
   c10::intrusive_ptr<c10d::Work> reduceScatterTensors(
@@ -279,7 +327,7 @@ class DummyBackend final : public c10d::Backend {
   void logCreation() const;
 
   c10::intrusive_ptr<BackendOptions> options_;
-  std::shared_ptr<Lowering> lowering_;        // null in zero mode
+  std::shared_ptr<Lowering> lowering_;        // null in zero mode and once shut down
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<ExitHandle> exitHandle_;    // the exit flush's weak reference points here
   // How the debug log names this group's operations.
@@ -290,6 +338,12 @@ class DummyBackend final : public c10d::Backend {
   uint64_t seq_ = 0; // collectives issued so far; every rank counts the same
   uint64_t p2pSeq_ = 0; // point-to-point operations issued (for the profiler's records)
   int pid_;          // the process that made the backend (its threads exist only there)
+  // Recovery (recovery.cpp).
+  ShrinkFactory shrinkFactory_;
+  std::shared_ptr<AbortHooks> abortHooks_;  // outlives the engine that runs collectives
+  mutable std::mutex lifecycleMu_;          // guards lowering_ and engine_ against shutdown()
+  std::atomic<bool> shutDown_{false};
+  std::string failureAtShutdown_;           // brokenReason() when shut down (getError)
 };
 
 } // namespace dummy_collectives

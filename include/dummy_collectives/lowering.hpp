@@ -115,6 +115,10 @@ class Lowering {
   virtual std::string brokenReason() const = 0;
   // Fails the group for every rank with `reason`.
   virtual void abort(const std::string& reason) = 0;
+  // The group ranks this rank knows to be gone, ascending: their process ended (a pid it can
+  // see), or a rank that saw it end said so, or the cross-host connection to them was lost.
+  // What a survivor passes to shrink_group (DummyBackend::deadRanks). Any thread.
+  virtual std::vector<int> deadRanks() const = 0;
   virtual void setTimeout(std::chrono::milliseconds timeout) = 0;
   // Who made whom wait (see arrival.hpp), in group ranks.
   virtual WaitLedger::Totals waitTotals() const = 0;

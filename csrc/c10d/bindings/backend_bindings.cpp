@@ -31,6 +31,24 @@ py::tuple waitTotals(const dummy_collectives::WaitLedger::Totals& totals) {
   return py::make_tuple(totals.collectives, totals.timesLast, totals.waitedForNs);
 }
 
+// The survivors' backend maker (dummy_collectives/_shrink.py) as C++ holds it: called with the
+// GIL taken, and released with it (a Python object must not be dropped without it; once the
+// interpreter is gone it is left alone).
+DummyBackend::ShrinkFactory shrinkFactory(py::function make) {
+  std::shared_ptr<py::function> held(new py::function(std::move(make)), [](py::function* f) {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      delete f;
+    }
+  });
+  return [held](
+             const std::vector<int64_t>& excluded,
+             const c10::intrusive_ptr<BackendOptions>& options) {
+    py::gil_scoped_acquire gil;
+    return (*held)(excluded, options).cast<c10::intrusive_ptr<c10d::Backend>>();
+  };
+}
+
 constexpr const char* kWaitTotalsDoc =
     "This rank's window of who made whom wait: (collectives, times_last, waited_for_ns), the "
     "last two per group rank (how often it arrived last; how long this rank waited for it). "
@@ -178,6 +196,27 @@ void bindBackends(py::module_& m) {
           &DummyBackend::brokenReason,
           "Why the group can no longer be used (a dead peer, a timeout, an abort), agreed by "
           "every rank; '' while it can.")
+      .def(
+          "_set_shrink_factory",
+          [](DummyBackend& b, py::function make) { b.setShrinkFactory(shrinkFactory(make)); },
+          "Lets the group shrink: make(excluded, options) returns the survivors' backend "
+          "(dummy_collectives._shrink).",
+          py::arg("make"))
+      .def(
+          "get_error",
+          &DummyBackend::getError,
+          "SUCCESS while the group is usable; once it failed, TIMEOUT (a collective timed out), "
+          "COMM_ERROR (this rank failed or aborted it) or REMOTE_ERROR (another rank did, or "
+          "died). torch >= 2.15 binds it on every Backend; this makes it available on older "
+          "torch too.",
+          py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly(
+          "dead_ranks",
+          py::cpp_function(
+              &DummyBackend::deadRanks, py::call_guard<py::gil_scoped_release>()),
+          "The group ranks this rank knows to be gone (their process ended, a rank that saw it "
+          "said so, or their host's connection was lost), ascending: the ranks_to_exclude of "
+          "torch.distributed.shrink_group. One store request per other rank across hosts.")
       .def(
           "_wait_totals",
           [](const DummyBackend& b) { return waitTotals(b.waitTotals()); },
