@@ -1,6 +1,9 @@
-"""examples/tutorial.py runs and prints the tutorial's output."""
+"""The examples run as their docstrings say: the tutorial prints its output, the recovery example
+recovers."""
 
 from __future__ import annotations
+
+import json
 
 import harness
 import pytest
@@ -112,3 +115,42 @@ def test_hung_rank_under_torchrun_every_rank_dumps_and_torchfrtrace_names_it(tmp
     assert "Not all ranks joining collective, sequence number: 4" in output, output
     assert "collective: nccl:all_reduce" in output, output
     assert "missing ranks: {1}" in output, output
+
+
+RECOVERY = support.REPO_ROOT / "examples" / "recover_after_a_dead_rank.py"
+
+
+def recovery_results(stdout: str) -> dict[int, dict[str, object]]:
+    """The example's RESULT lines, by rank (its original one)."""
+    results = {}
+    for line in stdout.splitlines():
+        if ": RESULT " in line:
+            result = json.loads(line.split(": RESULT ", 1)[1])
+            results[int(result["rank"])] = result
+    return results
+
+
+@pytest.mark.parametrize(
+    ("hosts", "kill_rank"), [(0, 3), (2, 1)], ids=["one-host", "2-simulated-hosts"]
+)
+def test_recovery_example_survivors_shrink_and_finish_with_the_replays_weights(
+    hosts: int, kill_rank: int
+) -> None:
+    """examples/recover_after_a_dead_rank.py as its docstring runs it: 4 ranks started
+    directly, a store in the launcher, one rank SIGKILLed mid step; the survivors shrink and
+    finish, their weights those of a replay. On 2 simulated hosts the victim leaves a host of
+    one rank (two-level groups before and after)."""
+    cmd = [
+        support.sys.executable, str(RECOVERY), "--master-port", str(harness.free_port()),
+        "--kill-rank", str(kill_rank), "--simulated-hosts", str(hosts),
+    ]  # fmt: skip
+    proc = support.run_subprocess(cmd, _env(), timeout_s=240)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    results = recovery_results(proc.stdout)
+    survivors = [r for r in range(4) if r != kill_rank]
+    assert sorted(results) == survivors, proc.stdout
+    for new_rank, rank in enumerate(survivors):
+        result = results[rank]
+        assert result["lost"] == [kill_rank] and result["survivors"] == 3, result
+        assert result["steps"] == 10 and result["new_rank"] == new_rank, result
+        assert result["max_difference_from_replay"] <= 1e-12, result

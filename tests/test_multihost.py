@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -272,3 +273,38 @@ def test_a_skipped_collective_times_out_on_every_host_naming_who_did_not_come(ho
     assert "missing ranks: {3}" in job.fr_trace, job.fr_trace
     assert "collective: nccl:all_reduce" in job.fr_trace, job.fr_trace
     assert not job.leftover_shm, job.leftover_shm
+
+
+@support.requires_dummy
+def test_recovery_example_across_hosts_as_its_docstring_launches_it(hosts) -> None:
+    """examples/recover_after_a_dead_rank.py on 2 hosts of 2 ranks, one launcher per host as
+    its docstring says (host 0's hosts the store); rank 3 is SIGKILLed mid step. The 3
+    survivors shrink to hosts of 2 and 1 ranks, finish with the replay's weights, and neither
+    host's /dev/shm keeps anything."""
+    example = support.REPO_ROOT / "examples" / "recover_after_a_dead_rank.py"
+    port = next(_ports)
+    procs = [
+        hosts.popen(
+            host.index,
+            [support.sys.executable, str(example), "--nnodes", "2", "--node-rank",
+             str(host.index), "--nproc-per-node", "2", "--master-addr", hosts.hosts[0].ip,
+             "--master-port", str(port)],
+            env={"GLOO_SOCKET_IFNAME": host.ifname, "PYTHONUNBUFFERED": "1"},
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for host in hosts.hosts
+    ]  # fmt: skip
+    waited = namespaced_hosts.wait_all(procs, 240)
+    output = "".join(f"---- host {i} (exit {code}) ----\n{text}" for i, (code, text)
+                     in enumerate(waited))  # fmt: skip
+    assert [code for code, _ in waited] == [0, 0], output
+    results = {}
+    for line in output.splitlines():
+        if ": RESULT " in line:
+            result = json.loads(line.split(": RESULT ", 1)[1])
+            results[result["rank"]] = result
+    assert sorted(results) == [0, 1, 2], output
+    for rank, result in results.items():
+        assert result["lost"] == [3] and result["new_rank"] == rank, result
+        assert result["steps"] == 10 and result["max_difference_from_replay"] <= 1e-12, result
+    assert not any(hosts.shm_entries(h.index) for h in hosts.hosts), output
