@@ -137,6 +137,7 @@ extension = extension_type(
     },
 )
 
+
 class BuildKeepingObjects(BuildExtension):
     """BuildExtension whose objects stay under build/ between builds.
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from dummy_collectives import _hierarchy, _shrink, topology
+from dummy_collectives import _hierarchy, _regroup, topology
 from dummy_collectives._C import DummyBackend, Options, _options_table
 
 BACKEND_NAME = "dummy"
@@ -61,7 +61,7 @@ def make_backend(
 ) -> DummyBackend:
     """Rank ``rank`` of a new group of ``size`` that meets through ``store``: ranks on one host
     get the shared-memory backend, a group whose ranks span hosts the two-level one
-    (``_hierarchy``). The group can shrink (``_shrink``)."""
+    (``_hierarchy``). The group can shrink and reconfigure (``_regroup``)."""
     found = topology.discover(store, rank, size, _group_settings(options), timeout=timeout)
     if len(found.hosts) == 1 or options.mode == "zero":
         backend = DummyBackend(
@@ -78,7 +78,7 @@ def make_backend(
         backend = _hierarchy.create(
             store, found, timeout, options, group_name=name, global_ranks=global_ranks
         )
-    _shrink.enable(backend, make_backend, store, rank, size, name, global_ranks)
+    _regroup.enable(backend, make_backend, store)
     return backend
 
 

@@ -108,8 +108,8 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
             loss.backward()  # DDP all-reduces the gradients here: a dead peer raises here
         except Exception as error:  # noqa: BLE001  (a DistBackendError, as any backend's)
             print(f"rank {rank}: step {step} failed: {type(error).__name__}: {error}", flush=True)
-            ddp = recover(rank, model, report)
-            continue  # redo this step on the survivors' group
+            ddp, step = recover(rank, model, step, report)
+            continue  # redo the step on the survivors' group
         optimizer.step()
         if "lost" in report and "kill_to_first_step_s" not in report:
             killed_at = float(store.get("killed_at").decode())
@@ -143,17 +143,21 @@ def die(store: dist.Store) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def recover(rank: int, model: nn.Module, report: dict[str, object]) -> DDP:
-    """Shrink the default group to the survivors and wrap the model again."""
+def recover(rank: int, model: nn.Module, step: int, report: dict[str, object]) -> tuple[DDP, int]:
+    """Shrink the default group to the survivors, wrap the model again, and agree on the step
+    to go on from."""
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     dead = backend.dead_ranks  # ranks of the failed group this rank knows to be gone
     print(f"rank {rank}: lost ranks {dead} ({backend.get_error()}); shrinking", flush=True)
     started = time.time()
     dist.shrink_group(dead)  # only the survivors call it; the new group becomes the default
     report.update(lost=dead, shrink_s=time.time() - started, survivors=dist.get_world_size())
-    # DDP over the new default group; it broadcasts rank 0's weights, the same on every
-    # survivor (the failed step changed none: its backward raised before optimizer.step()).
-    return DDP(model)
+    # Survivors go on from rank 0's state: DDP broadcasts its weights, and its step comes with
+    # them. (Here every survivor failed the same step, before optimizer.step(). In general the
+    # collective in flight at a death may have completed on some survivors and not on others.)
+    agreed = torch.tensor([step])
+    dist.broadcast(agreed, src=0)
+    return DDP(model), int(agreed.item())
 
 
 def main() -> int:

@@ -210,6 +210,28 @@ def abort_hooks_run_once() -> dict[str, Any]:
     return {"calls": calls, "errors": errors}
 
 
+def survivors_reconfigure(hosts: int) -> dict[str, Any]:
+    """torch >= 2.15's reconfigure: the survivors exchange handles (here through files, as any
+    out-of-band channel) and reconfigure the default group in place."""
+    on_simulated_hosts(hosts)
+    faultjob.init_default_group()
+    pg = dist.group.WORLD
+    dist.all_reduce(torch.ones(4))
+    if faultjob.rank() == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    error = None
+    while error is None:
+        error = error_of(lambda: dist.all_reduce(torch.ones(4)))
+    faultjob.note(f"handle-{faultjob.rank()}", dist.distributed_c10d._get_reconfigure_handle())
+    survivors = [r for r in range(faultjob.world_size()) if r != 2]
+    handles = [faultjob.read_note(f"handle-{r}", wait_s=30) for r in survivors]
+    dist.distributed_c10d._reconfigure(uuid=7, handles=handles).wait()
+    return {
+        "supports": bool(pg.supports_reconfigure), "rank": pg.rank(), "size": pg.size(),
+        "kind": str(cpu_backend().get_error()), "failures": exact_collectives(),
+    }  # fmt: skip
+
+
 # --------------------------------------------------------------------------- the tests
 
 
@@ -297,3 +319,19 @@ def test_abort_hooks_run_once_when_a_peer_dies() -> None:
         assert job[rank].returned, job.report()
         assert all(e and "rank 2 (pid" in e for e in what["errors"]), what
         assert what["calls"] == ["first"], what
+
+
+@pytest.mark.skipif(TORCH_VERSION < (2, 15), reason="reconfigure is a torch >= 2.15 Backend API")
+@pytest.mark.parametrize("hosts", [0, 2], ids=["one-host", "2-hosts"])
+def test_survivors_reconfigure_the_group_in_place(hosts: int) -> None:
+    world = 3 if hosts == 0 else 4
+    job = faultjob.run_job(world, survivors_reconfigure, hosts, timeout_s=120, init=False)
+    assert job[2].exitcode == -signal.SIGKILL, job.report()
+    survivors = [r for r in range(world) if r != 2]
+    for new_rank, rank in enumerate(survivors):
+        what = job[rank].value
+        assert job[rank].returned and job[rank].exitcode == 0, job.report()
+        assert what["supports"] and what["kind"] == "ErrorType.SUCCESS", what
+        assert what["rank"] == new_rank and what["size"] == world - 1, what
+        assert what["failures"] == [], what
+    assert not job.leftover_shm, job.leftover_shm

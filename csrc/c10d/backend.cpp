@@ -86,6 +86,7 @@ DummyBackend::DummyBackend(
       pid_(thisProcessId()),
       abortHooks_(std::make_shared<AbortHooks>()) {
   engine_ = std::make_shared<Engine>(Engine::Timing{});
+  globalRanks_ = globalRanks;
   if (lowering_) {
     fr_ = flight_recorder::registerGroup(options_->group_name, std::move(globalRanks), rank, size);
     exitHandle_ = std::make_shared<GroupExitHandle>(engine_, lowering_, fr_.get());

@@ -3,8 +3,12 @@
 // shrink(), which gives the survivors of a failure a new group over themselves.
 #include <dummy_collectives/backend.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
+#include <unordered_set>
+#include <variant>
 
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
@@ -14,6 +18,7 @@
 #include "c10d/argument_checks.hpp"
 #include "c10d/engine.hpp"
 #include "c10d/this_process.hpp"
+#include "c10d/work.hpp"
 
 namespace dummy_collectives {
 namespace {
@@ -125,7 +130,7 @@ c10::intrusive_ptr<c10d::Backend> DummyBackend::shrink(
   requireCreatorProcess(pid_, "shrink", getRank()); // a shut-down parent may still shrink
   const Checker check("shrink", getRank(), getSize());
   check.require(
-      static_cast<bool>(shrinkFactory_),
+      static_cast<bool>(groupFactory_),
       "this group was not made by torch.distributed (dummy_collectives' creator), so it cannot "
       "make the survivors' group");
   check.require(!ranksToExclude.empty(), "ranks_to_exclude is empty");
@@ -154,13 +159,116 @@ c10::intrusive_ptr<c10d::Backend> DummyBackend::shrink(
   } else {
     options = c10::make_intrusive<BackendOptions>(*options_); // the parent's, its timeout too
   }
+  options->group_name = c10::str(options_->group_name.empty() ? "0" : options_->group_name,
+                                 ":shrunk", shrinks_);
   if ((shrinkFlags & kShrinkAbort) != 0) {
     abort(); // what is in flight on this group raises, here and on the other survivors
   }
-  // The new group is made without this one: it may have failed, and its excluded ranks are
-  // gone. (torch destroys it next: shutdown() releases it.)
-  return shrinkFactory_(std::vector<int64_t>(excluded.begin(), excluded.end()), options);
+  std::vector<int64_t> survivors;
+  int newRank = -1;
+  for (int r = 0; r < getSize(); ++r) {
+    if (excluded.count(r) == 0) {
+      if (r == getRank()) {
+        newRank = static_cast<int>(survivors.size());
+      }
+      survivors.push_back(globalRanks_.empty() ? r : globalRanks_[static_cast<size_t>(r)]);
+    }
+  }
+  // Every survivor counts this group's shrinks alike, so each shrink (a retry after a failed
+  // one, or after a second death) meets under its own prefix, which the excluded ranks never
+  // wrote. The new group is made without this one: it may have failed. (torch destroys it
+  // next: shutdown() releases it.)
+  const std::string prefix = c10::str(
+      "dummy_collectives/shrink", shrinks_++, "/without-",
+      c10::Join("-", std::vector<int64_t>(excluded.begin(), excluded.end())), "/");
+  return groupFactory_(
+      prefix, newRank, static_cast<int>(survivors.size()), survivors, options);
 }
+
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+// (torch >= 2.15 made a Backend's rank and size assignable for reconfigure.)
+void DummyBackend::adopt(DummyBackend& fresh) {
+  std::lock_guard<std::mutex> lock(lifecycleMu_);
+  rank_ = fresh.rank_;
+  size_ = fresh.size_;
+  std::swap(options_, fresh.options_);
+  std::swap(lowering_, fresh.lowering_);
+  std::swap(engine_, fresh.engine_);
+  std::swap(exitHandle_, fresh.exitHandle_);
+  std::swap(traceSite_, fresh.traceSite_); // names its group through its options: swapped too
+  std::swap(fr_, fresh.fr_);
+  std::swap(frDescTaken_, fresh.frDescTaken_);
+  std::swap(globalRanks_, fresh.globalRanks_);
+  std::swap(groupFactory_, fresh.groupFactory_); // a later shrink meets under the new prefix
+  std::swap(shrinks_, fresh.shrinks_);
+  seq_ = 0; // the new group numbers its collectives from 1, on every member
+  p2pSeq_ = 0;
+}
+
+namespace {
+
+constexpr const char* kHandlePrefix = "dummy:";
+
+// A handle is "dummy:<rank in the world>:<uuid of its configuration>:<pid>@<host>": unique
+// per process and configuration, and its world rank orders the new group's ranks in the
+// flight recorder, as gloo's handles do.
+int64_t worldRankOf(const c10d::ReconfigureHandle& handle) {
+  TORCH_CHECK_VALUE(
+      handle.rfind(kHandlePrefix, 0) == 0 && handle.find(':', 6) != std::string::npos,
+      "dummy reconfigure: ", handle, " is not a dummy_collectives reconfigure handle");
+  return std::stoll(handle.substr(6, handle.find(':', 6) - 6));
+}
+
+} // namespace
+
+c10d::ReconfigureHandle DummyBackend::get_reconfigure_handle() const {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const int64_t world =
+      globalRanks_.empty() ? getRank() : globalRanks_[static_cast<size_t>(getRank())];
+  return c10::str(kHandlePrefix, world, ":", reconfigured_, ":", pid_, "@", host);
+}
+
+c10::intrusive_ptr<c10d::Work> DummyBackend::reconfigure(const c10d::ReconfigureOptions& opts) {
+  requireUsable("reconfigure");
+  const Checker check("reconfigure", getRank(), getSize());
+  check.require(static_cast<bool>(groupFactory_), "this group cannot be reconfigured");
+  std::vector<c10d::ReconfigureHandle> handles;
+  std::visit([&](const auto& given) { handles.assign(given.begin(), given.end()); }, opts.handles);
+  if (std::holds_alternative<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles)) {
+    std::sort(handles.begin(), handles.end()); // a set: every member orders it alike
+  }
+  check.require(!handles.empty(), "no handles");
+  check.require(
+      std::set<c10d::ReconfigureHandle>(handles.begin(), handles.end()).size() == handles.size(),
+      "the handles are not unique");
+  const auto mine = std::find(handles.begin(), handles.end(), get_reconfigure_handle());
+  check.require(mine != handles.end(), "this rank's handle is not among the handles");
+  std::vector<int64_t> worldRanks;
+  for (const auto& handle : handles) {
+    worldRanks.push_back(worldRankOf(handle));
+  }
+  auto options = c10::make_intrusive<BackendOptions>(*options_);
+  if (opts.timeout) {
+    options->timeout = *opts.timeout;
+  }
+  // What this group was running finishes first (a failed group's collectives raise at once).
+  if (auto engine = engine_) {
+    engine->drain();
+  }
+  auto made = groupFactory_(
+      c10::str("dummy_collectives/reconfigure/", opts.uuid, "/"),
+      static_cast<int>(mine - handles.begin()), static_cast<int>(handles.size()), worldRanks,
+      options);
+  auto fresh = c10::dynamic_intrusive_pointer_cast<DummyBackend>(made);
+  TORCH_INTERNAL_ASSERT(fresh, "dummy reconfigure: the group factory made another backend");
+  const auto timeout = options_->timeout;
+  adopt(*fresh);
+  reconfigured_ = opts.uuid;
+  setTimeout(timeout); // opts.timeout bounded the reconfigure only, as gloo's does
+  return DummyWork::completed(getRank(), c10d::OpType::UNKNOWN, "dummy:reconfigure", {});
+}
+#endif
 
 #ifdef C10D_BACKEND_HAS_HOOKS
 void DummyBackend::registerAbortHook(int64_t hookId, c10d::AbortHook hook) {

@@ -75,20 +75,37 @@ class DummyBackend final : public c10d::Backend {
   // excluded ranks. SHRINK_ABORT (kShrinkAbort) aborts this group first, so whatever is in
   // flight on it raises.
   static constexpr int kShrinkAbort = 0x01; // torch.distributed.SHRINK_ABORT
-  // Makes the survivors' backend: dummy_collectives/_shrink.py, set at creation (a group made
-  // otherwise cannot shrink). `excluded`: sorted group ranks; `options`: the new group's.
-  using ShrinkFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
-      const std::vector<int64_t>& excluded, const c10::intrusive_ptr<BackendOptions>& options)>;
-  void setShrinkFactory(ShrinkFactory factory) {
-    shrinkFactory_ = std::move(factory);
+  // Makes a group of this group's ranks (or some of them) through `storePrefix` of this group's
+  // store: dummy_collectives/_regroup.py, set at creation (a group made otherwise can neither
+  // shrink nor reconfigure). `globalRanks`: its ranks in the world, by its rank.
+  using GroupFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
+      const std::string& storePrefix,
+      int rank,
+      int size,
+      const std::vector<int64_t>& globalRanks,
+      const c10::intrusive_ptr<BackendOptions>& options)>;
+  void setGroupFactory(GroupFactory factory) {
+    groupFactory_ = std::move(factory);
   }
   bool supportsShrinking() const override {
-    return static_cast<bool>(shrinkFactory_);
+    return static_cast<bool>(groupFactory_);
   }
   c10::intrusive_ptr<c10d::Backend> shrink(
       const std::vector<int64_t>& ranksToExclude,
       int shrinkFlags = 0,
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  // torch >= 2.15's reconfigure API, as ProcessGroupGloo's: peers exchange their handles out of
+  // band, then every member calls reconfigure with the same fresh uuid and handles; this
+  // backend becomes a group of those members (ranks by the handles' order; sorted for a set),
+  // made through the store prefix of that uuid. Members of this group only (the
+  // enable_reconfigure regime, joining from outside, is not supported: the flag is ignored).
+  bool supportsReconfigure() const override {
+    return static_cast<bool>(groupFactory_);
+  }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+#endif
 #ifdef C10D_BACKEND_HAS_HOOKS
   // torch >= 2.15: hooks run once, before the group aborts on a failure (a dead peer, a
   // timeout, a rank's error) or on abort().
@@ -339,7 +356,15 @@ class DummyBackend final : public c10d::Backend {
   uint64_t p2pSeq_ = 0; // point-to-point operations issued (for the profiler's records)
   int pid_;          // the process that made the backend (its threads exist only there)
   // Recovery (recovery.cpp).
-  ShrinkFactory shrinkFactory_;
+  std::vector<int64_t> globalRanks_;        // the group's ranks in the world (empty: the world)
+  GroupFactory groupFactory_;
+  uint64_t shrinks_ = 0;                    // shrink() calls so far: each meets under its prefix
+  int64_t reconfigured_ = -1;               // the uuid of the last reconfigure (-1: none)
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  // Takes over `fresh`'s group (reconfigure): its lowering, engine, ranks, options and
+  // recorder; `fresh` keeps this group's old ones and releases them when it goes.
+  void adopt(DummyBackend& fresh);
+#endif
   std::shared_ptr<AbortHooks> abortHooks_;  // outlives the engine that runs collectives
   mutable std::mutex lifecycleMu_;          // guards lowering_ and engine_ against shutdown()
   std::atomic<bool> shutDown_{false};

@@ -31,10 +31,10 @@ py::tuple waitTotals(const dummy_collectives::WaitLedger::Totals& totals) {
   return py::make_tuple(totals.collectives, totals.timesLast, totals.waitedForNs);
 }
 
-// The survivors' backend maker (dummy_collectives/_shrink.py) as C++ holds it: called with the
-// GIL taken, and released with it (a Python object must not be dropped without it; once the
-// interpreter is gone it is left alone).
-DummyBackend::ShrinkFactory shrinkFactory(py::function make) {
+// The group maker (dummy_collectives/_regroup.py) as C++ holds it: called with the GIL taken,
+// and released with it (a Python object must not be dropped without it; once the interpreter
+// is gone it is left alone).
+DummyBackend::GroupFactory groupFactory(py::function make) {
   std::shared_ptr<py::function> held(new py::function(std::move(make)), [](py::function* f) {
     if (Py_IsInitialized()) {
       py::gil_scoped_acquire gil;
@@ -42,10 +42,14 @@ DummyBackend::ShrinkFactory shrinkFactory(py::function make) {
     }
   });
   return [held](
-             const std::vector<int64_t>& excluded,
+             const std::string& storePrefix,
+             int rank,
+             int size,
+             const std::vector<int64_t>& globalRanks,
              const c10::intrusive_ptr<BackendOptions>& options) {
     py::gil_scoped_acquire gil;
-    return (*held)(excluded, options).cast<c10::intrusive_ptr<c10d::Backend>>();
+    return (*held)(storePrefix, rank, size, globalRanks, options)
+        .cast<c10::intrusive_ptr<c10d::Backend>>();
   };
 }
 
@@ -197,10 +201,11 @@ void bindBackends(py::module_& m) {
           "Why the group can no longer be used (a dead peer, a timeout, an abort), agreed by "
           "every rank; '' while it can.")
       .def(
-          "_set_shrink_factory",
-          [](DummyBackend& b, py::function make) { b.setShrinkFactory(shrinkFactory(make)); },
-          "Lets the group shrink: make(excluded, options) returns the survivors' backend "
-          "(dummy_collectives._shrink).",
+          "_set_group_factory",
+          [](DummyBackend& b, py::function make) { b.setGroupFactory(groupFactory(make)); },
+          "Lets the group shrink and reconfigure: make(store_prefix, rank, size, global_ranks, "
+          "options) returns a backend of a group made through that prefix of this group's store "
+          "(dummy_collectives._regroup).",
           py::arg("make"))
       .def(
           "get_error",
