@@ -80,6 +80,10 @@ void DummyBackend::shutdown() {
   if (engine) {
     engine->drain();
   }
+  if (auto current = currentLowering(); current && current->brokenReason().empty()) {
+    // Peers may still be joining (this rank may leave right after new_group returned).
+    current->awaitJoined(options_->timeout);
+  }
   std::shared_ptr<Lowering> lowering;
   {
     std::lock_guard<std::mutex> lock(lifecycleMu_);

@@ -288,6 +288,10 @@ void TwoLevelLowering::setTimeout(std::chrono::milliseconds timeout) {
   (*everyone_)->setTimeout(timeout);
 }
 
+void TwoLevelLowering::awaitJoined(std::chrono::milliseconds limit) {
+  hostShm_->awaitJoined(limit); // across hosts, the engines connected when the group was made
+}
+
 void TwoLevelLowering::finishForExit() {
   hostShm_->finishForExit();
 }

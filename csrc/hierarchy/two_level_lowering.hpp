@@ -56,6 +56,7 @@ class TwoLevelLowering final : public Lowering {
     waits_->reset();
   }
   void finishForExit() override;
+  void awaitJoined(std::chrono::milliseconds limit) override;
   void logCreation(int me) const override;
   std::string rankPlacement() const override;
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
@@ -59,6 +60,25 @@ std::string ShmTransport::abortReason() const {
 
 std::string ShmTransport::brokenReason() const {
   return ctl_->aborted.load(std::memory_order_acquire) != 0 ? abortReason() : std::string();
+}
+
+bool ShmTransport::awaitEveryRankMapped(std::chrono::steady_clock::time_point deadline) const {
+  for (;;) {
+    if (ctl_->mapped.load(std::memory_order_acquire) >= size_) {
+      return true;
+    }
+    if (ctl_->aborted.load(std::memory_order_acquire) != 0 ||
+        std::chrono::steady_clock::now() >= deadline) {
+      return false;
+    }
+    for (int r = 0; r < size_; ++r) {
+      const int32_t pid = join_.pids.empty() ? 0 : join_.pids[static_cast<size_t>(r)];
+      if (control(r).pid <= 0 && pid > 0 && !processAlive(pid)) {
+        return false; // it will never come
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 std::vector<int> ShmTransport::deadRanks() const {

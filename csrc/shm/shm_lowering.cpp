@@ -137,6 +137,10 @@ void ShmLowering::abort(const std::string& reason) {
   transport_->abort(reason);
 }
 
+void ShmLowering::awaitJoined(std::chrono::milliseconds limit) {
+  transport_->awaitEveryRankMapped(std::chrono::steady_clock::now() + limit);
+}
+
 std::vector<int> ShmLowering::deadRanks() const {
   return transport_->deadRanks();
 }

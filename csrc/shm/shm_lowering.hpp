@@ -58,6 +58,7 @@ class ShmLowering final : public Lowering {
   WaitLedger::Totals waitTotals() const override;
   void resetWaits() override;
   void finishForExit() override;
+  void awaitJoined(std::chrono::milliseconds limit) override;
   void logCreation(int me) const override;
 
   void run(OpContext& call, const std::function<void()>& collective) override;

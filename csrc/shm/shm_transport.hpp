@@ -120,6 +120,9 @@ class ShmTransport final : public Transport {
   std::string peerProblem(int r) const;
   // Why the group can no longer be used (it was aborted); empty while it can. Any thread.
   std::string brokenReason() const;
+  // Waits until every rank has mapped the segment, the group is aborted, a rank that has not
+  // mapped it died, or `deadline` passes; returns whether every rank mapped it.
+  bool awaitEveryRankMapped(std::chrono::steady_clock::time_point deadline) const;
   // The ranks (as label() names them) whose process has ended, where this rank can see their
   // pid (the same pid namespace); ascending. Any thread.
   std::vector<int> deadRanks() const;

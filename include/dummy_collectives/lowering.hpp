@@ -125,6 +125,11 @@ class Lowering {
   virtual void resetWaits() = 0;
   // At exit, after the face's queue drained: finishes what is posted outside it.
   virtual void finishForExit() {}
+  // Before a healthy group is released (shutdown): waits, up to `limit`, until every rank of
+  // this host has joined its shared memory, or one that has not died. A rank may return from
+  // new_group before its peers join (rank 0 creates the segment and goes on), and releasing
+  // the segment then would leave them nothing to join. Gloo's groups wait in their constructor.
+  virtual void awaitJoined(std::chrono::milliseconds limit) {}
   // DUMMY_COLLECTIVES_DEBUG=INFO: what the lowering found and chose, once; rankPlacement()
   // ends the group's first line ("; this rank is local rank 1 of 2 on host 0", or nothing).
   virtual void logCreation(int me) const = 0;
