@@ -1,6 +1,6 @@
 """Recovery: survivors of a dead rank shrink the group and go on (``dist.shrink_group``), and the
 failure contract recovery relies on (``abort`` from another thread, ``get_error``,
-``shutdown``, the abort hooks of torch >= 2.15).
+``shutdown``) and torch >= 2.15's reconfigure.
 
 Ranks die here, so every test runs a dedicated job (faultjob.run_job: fresh spawned ranks over a
 FileStore, which outlives any rank). Results on the shrunk groups are compared with exact
@@ -196,20 +196,6 @@ def shut_down() -> dict[str, Any]:
     }
 
 
-def abort_hooks_run_once() -> dict[str, Any]:
-    faultjob.init_default_group()
-    backend = cpu_backend()
-    calls: list[str] = []
-    backend.register_abort_hook(1, lambda: calls.append("first"))
-    backend.register_abort_hook(2, lambda: calls.append("unregistered"))
-    backend.unregister_abort_hook(2)
-    dist.all_reduce(torch.ones(4))
-    if faultjob.rank() == 2:
-        os.kill(os.getpid(), signal.SIGKILL)
-    errors = [error_of(lambda: dist.all_reduce(torch.ones(4))) for _ in range(3)]
-    return {"calls": calls, "errors": errors}
-
-
 def survivors_reconfigure(hosts: int) -> dict[str, Any]:
     """torch >= 2.15's reconfigure: the survivors exchange handles (here through files, as any
     out-of-band channel) and reconfigure the default group in place."""
@@ -309,16 +295,6 @@ def test_shutdown_releases_the_group_and_later_calls_raise() -> None:
         assert what["later"] and "shut down" in what["later"], what
         assert what["kind"] == "ErrorType.SUCCESS", what
         assert what["world"] == [], what
-
-
-@pytest.mark.skipif(TORCH_VERSION < (2, 15), reason="abort hooks are a torch >= 2.15 Backend API")
-def test_abort_hooks_run_once_when_a_peer_dies() -> None:
-    job = faultjob.run_job(3, abort_hooks_run_once, timeout_s=120, init=False)
-    for rank in (0, 1):
-        what = job[rank].value
-        assert job[rank].returned, job.report()
-        assert all(e and "rank 2 (pid" in e for e in what["errors"]), what
-        assert what["calls"] == ["first"], what
 
 
 @pytest.mark.skipif(TORCH_VERSION < (2, 15), reason="reconfigure is a torch >= 2.15 Backend API")

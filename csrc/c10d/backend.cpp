@@ -13,7 +13,6 @@
 #include <dummy_collectives/param_comms.hpp>
 #include "c10d/this_process.hpp"
 
-#include "c10d/abort_hooks.hpp"
 #include "c10d/backend_submission.hpp"
 #include "c10d/host_staging.hpp"
 
@@ -83,8 +82,7 @@ DummyBackend::DummyBackend(
     : c10d::Backend(rank, size),
       options_(options ? std::move(options) : c10::make_intrusive<BackendOptions>()),
       lowering_(std::move(lowering)),
-      pid_(thisProcessId()),
-      abortHooks_(std::make_shared<AbortHooks>()) {
+      pid_(thisProcessId()) {
   engine_ = std::make_shared<Engine>(Engine::Timing{});
   globalRanks_ = globalRanks;
   if (lowering_) {

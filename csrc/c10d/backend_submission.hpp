@@ -9,7 +9,6 @@
 
 #include <dummy_collectives/backend.hpp>
 #include <dummy_collectives/debug_log.hpp>
-#include "c10d/abort_hooks.hpp"
 #include "c10d/engine.hpp"
 #include "c10d/work.hpp"
 
@@ -34,9 +33,6 @@ void DummyBackend::runCollective(
       flight_recorder::completed(record, arrival);
     });
   } catch (const c10::DistBackendError& e) {
-    if (group.abortHooks != nullptr && !group.lowering->brokenReason().empty()) {
-      group.abortHooks->runOnce(); // the group failed (not a mismatch, which leaves it usable)
-    }
     flight_recorder::dumpOnFailure(group.recorded, e.what()); // before anyone sees the error
     throw;
   }

@@ -14,7 +14,6 @@
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/exception.h>
 
-#include "c10d/abort_hooks.hpp"
 #include "c10d/argument_checks.hpp"
 #include "c10d/engine.hpp"
 #include "c10d/this_process.hpp"
@@ -59,8 +58,6 @@ void DummyBackend::abort() {
   if (!lowering) {
     return; // zero mode, or shut down: nothing to abort
   }
-  // The hooks run before the group is failed (torch's contract), once.
-  abortHooks_->runOnce();
   // The first reason wins (the lowering keeps it): aborting twice changes nothing.
   lowering->abort(c10::str(
       "rank ", getRank(), " (pid ", pid_, ") aborted the process group (ProcessGroup.abort)"));
@@ -274,14 +271,5 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reconfigure(const c10d::Reconfigure
 }
 #endif
 
-#ifdef C10D_BACKEND_HAS_HOOKS
-void DummyBackend::registerAbortHook(int64_t hookId, c10d::AbortHook hook) {
-  abortHooks_->add(hookId, std::move(hook));
-}
-
-void DummyBackend::unregisterAbortHook(int64_t hookId) {
-  abortHooks_->remove(hookId);
-}
-#endif
 
 } // namespace dummy_collectives
