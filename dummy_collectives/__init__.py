@@ -27,6 +27,7 @@ try:
     )
 except ImportError as error:
     raise load_extension_error(error) from error
+from dummy_collectives._groups import dead_ranks  # noqa: E402
 from dummy_collectives._registration import BACKEND_NAME, register  # noqa: E402
 from dummy_collectives._waits import (  # noqa: E402
     RankWaits,
@@ -44,6 +45,7 @@ __all__ = [
     "WaitSummary",
     "__version__",
     "cross_memory_copy_speed",
+    "dead_ranks",
     "dump_fr_trace",
     "dump_fr_trace_json",
     "reduce_capability",

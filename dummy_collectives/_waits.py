@@ -13,10 +13,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["RankWaits", "WaitSummary", "reset_wait_summary", "wait_summary"]
+from dummy_collectives._groups import dummy_backend
 
-# Where a group's backend may be: "cpu:gloo,cuda:dummy" groups keep dummy for CUDA tensors only.
-_DEVICES = ("cpu", "cuda")
+__all__ = ["RankWaits", "WaitSummary", "reset_wait_summary", "wait_summary"]
 
 
 @dataclass(frozen=True)
@@ -66,32 +65,10 @@ class WaitSummary:
         return "\n".join(lines)
 
 
-def _dummy_backend(group: dist.ProcessGroup, what: str) -> object:
-    for device in _DEVICES:
-        try:
-            backend = group._get_backend(torch.device(device))
-        except RuntimeError:
-            continue
-        if hasattr(backend, "_wait_totals"):
-            return backend
-    raise ValueError(
-        f"dummy_collectives.{what}: rank {dist.get_rank()}'s group has no dummy backend "
-        f"(its backend is {dist.get_backend(group)!r}); only dummy groups record waits"
-    )
-
-
-def _group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
-    if group is None:
-        if not dist.is_initialized():
-            raise RuntimeError("dummy_collectives.wait_summary: no process group is initialized")
-        return dist.group.WORLD
-    return group
-
-
 def reset_wait_summary(group: dist.ProcessGroup | None = None) -> None:
     """Starts a new window on this rank only (not a collective). For windows that match on every
     rank, call it at the same point of the program on each, or use ``wait_summary(reset=True)``."""
-    _dummy_backend(_group(group), "reset_wait_summary")._reset_waits()
+    dummy_backend(group, "reset_wait_summary")._reset_waits()
 
 
 def wait_summary(group: dist.ProcessGroup | None = None, *, reset: bool = False) -> WaitSummary:
@@ -99,10 +76,10 @@ def wait_summary(group: dist.ProcessGroup | None = None, *, reset: bool = False)
     reset. A collective call: every rank of the group must call it (it all-gathers each rank's
     waits), and every rank gets the same summary. ``reset=True`` starts a new window on every
     rank at this call (the gather itself counts in the new window). Ranks are group ranks."""
-    group = _group(group)
-    collectives, times_last, waited_for_ns = _dummy_backend(group, "wait_summary")._wait_totals()
+    backend = dummy_backend(group, "wait_summary")
+    collectives, times_last, waited_for_ns = backend._wait_totals()
     if reset:
-        _dummy_backend(group, "wait_summary")._reset_waits()
+        backend._reset_waits()
     size = len(times_last)
     mine = torch.tensor([collectives, *times_last, *waited_for_ns], dtype=torch.int64)
     # The list form: torch 2.13 warns that all_gather_into_tensor is deprecated.

@@ -14,7 +14,7 @@ What it shows (README, "Recovering from a dead rank"):
 2. The victim kills itself (SIGKILL) in the middle of a step: after the forward pass, as the
    backward pass begins, before its gradients reach anyone.
 3. The survivors' backward raises (a DistBackendError naming the dead rank, within about 0.1 s
-   on one host). They ask the backend whom they lost (``backend.dead_ranks``), call
+   on one host). They ask whom they lost (``dummy_collectives.dead_ranks()``), call
    ``dist.shrink_group(dead)`` -- which makes the survivors' group the new default -- wrap the
    model in a new DDP and redo the failed step, now averaged over the survivors.
 4. Each survivor reports the time from the kill to its first successful step after the shrink,
@@ -42,7 +42,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import dummy_collectives  # noqa: F401  (registers the "dummy" backend)
+import dummy_collectives  # registers the "dummy" backend
 
 TIMEOUT = datetime.timedelta(seconds=60)
 LEARNING_RATE = 0.1
@@ -146,9 +146,9 @@ def die(store: dist.Store) -> None:
 def recover(rank: int, model: nn.Module, step: int, report: dict[str, object]) -> tuple[DDP, int]:
     """Shrink the default group to the survivors, wrap the model again, and agree on the step
     to go on from."""
-    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
-    dead = backend.dead_ranks  # ranks of the failed group this rank knows to be gone
-    print(f"rank {rank}: lost ranks {dead} ({backend.get_error()}); shrinking", flush=True)
+    dead = dummy_collectives.dead_ranks()  # ranks of the failed group this rank knows gone
+    error = dist.group.WORLD._get_backend(torch.device("cpu")).get_error()
+    print(f"rank {rank}: lost ranks {dead} ({error}); shrinking", flush=True)
     started = time.time()
     dist.shrink_group(dead)  # only the survivors call it; the new group becomes the default
     report.update(lost=dead, shrink_s=time.time() - started, survivors=dist.get_world_size())

@@ -24,6 +24,8 @@ import support
 import torch
 import torch.distributed as dist
 
+import dummy_collectives
+
 pytestmark = [support.requires_dummy, support.requires_backend_module, pytest.mark.slow]
 
 # torch.distributed's shrink flags (not re-exported by every release).
@@ -93,7 +95,8 @@ def survivors_shrink(hosts: int, victim: int) -> dict[str, Any]:
         if error:
             break
     again = error_of(lambda: dist.all_reduce(t))
-    kind, dead = backend.get_error(), backend.dead_ranks
+    kind, dead = backend.get_error(), dummy_collectives.dead_ranks()
+    backend_dead = backend.dead_ranks
     started = time.monotonic()
     shrunk = dist.shrink_group(dead)
     shrink_s = time.monotonic() - started
@@ -109,8 +112,8 @@ def survivors_shrink(hosts: int, victim: int) -> dict[str, Any]:
         failures += exact_collectives(twice)
     return {
         "error": error, "again": again, "kinds": [str(k) for k in [*before, kind]],
-        "dead": dead, "new_rank": dist.get_rank(), "new_size": new_size,
-        "is_default": shrunk is dist.group.WORLD, "failures": failures,
+        "dead": dead, "backend_dead": backend_dead, "new_rank": dist.get_rank(),
+        "new_size": new_size, "is_default": shrunk is dist.group.WORLD, "failures": failures,
         "lowering": cpu_backend().lowering, "shrink_s": shrink_s,
     }  # fmt: skip
 
@@ -240,7 +243,7 @@ def test_survivors_of_a_killed_rank_shrink_and_their_collectives_are_exact(
         # Every later call on the failed group raises the same failure.
         assert "earlier" in what["again"] and what["error"].split(": ")[-1] in what["again"], what
         assert what["kinds"] == ["ErrorType.SUCCESS", "ErrorType.REMOTE_ERROR"], what
-        assert what["dead"] == [victim], what
+        assert what["dead"] == what["backend_dead"] == [victim], what
         assert what["new_rank"] == new_rank and what["new_size"] == world - 1, what
         assert what["is_default"], what
         assert what["failures"] == [], what
