@@ -1,12 +1,13 @@
 // The face's failure and recovery contract, as torch defines it for backends that recover
-// (ProcessGroupNCCL's): abort() from any thread, shutdown(), getError(), the abort hooks, and
-// shrink(), which gives the survivors of a failure a new group over themselves.
+// (ProcessGroupNCCL's): abort() from any thread, shutdown(), getError(), shrink(), which gives
+// the survivors of a failure a new group over themselves, and torch 2.15's reconfigure().
 #include <dummy_collectives/backend.hpp>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <set>
+#include <string_view>
 #include <unordered_set>
 #include <variant>
 
@@ -208,16 +209,17 @@ void DummyBackend::adopt(DummyBackend& fresh) {
 
 namespace {
 
-constexpr const char* kHandlePrefix = "dummy:";
+constexpr std::string_view kHandlePrefix = "dummy:";
 
 // A handle is "dummy:<rank in the world>:<uuid of its configuration>:<pid>@<host>": unique
 // per process and configuration, and its world rank orders the new group's ranks in the
 // flight recorder, as gloo's handles do.
 int64_t worldRankOf(const c10d::ReconfigureHandle& handle) {
+  const size_t end = handle.find(':', kHandlePrefix.size());
   TORCH_CHECK_VALUE(
-      handle.rfind(kHandlePrefix, 0) == 0 && handle.find(':', 6) != std::string::npos,
+      handle.rfind(kHandlePrefix, 0) == 0 && end != std::string::npos,
       "dummy reconfigure: ", handle, " is not a dummy_collectives reconfigure handle");
-  return std::stoll(handle.substr(6, handle.find(':', 6) - 6));
+  return std::stoll(handle.substr(kHandlePrefix.size(), end - kHandlePrefix.size()));
 }
 
 } // namespace
@@ -270,6 +272,5 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reconfigure(const c10d::Reconfigure
   return DummyWork::completed(getRank(), c10d::OpType::UNKNOWN, "dummy:reconfigure", {});
 }
 #endif
-
 
 } // namespace dummy_collectives

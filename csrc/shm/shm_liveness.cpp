@@ -62,19 +62,22 @@ std::string ShmTransport::brokenReason() const {
   return ctl_->aborted.load(std::memory_order_acquire) != 0 ? abortReason() : std::string();
 }
 
-bool ShmTransport::awaitEveryRankMapped(std::chrono::steady_clock::time_point deadline) const {
-  for (;;) {
-    if (ctl_->mapped.load(std::memory_order_acquire) >= size_) {
-      return true;
-    }
-    if (ctl_->aborted.load(std::memory_order_acquire) != 0 ||
-        std::chrono::steady_clock::now() >= deadline) {
-      return false;
-    }
+int32_t ShmTransport::checkablePid(int r) const {
+  const RankControl& peer = control(r);
+  if (peer.pid > 0) {
+    return peer.pidNamespace == control(rank_).pidNamespace ? peer.pid : 0;
+  }
+  return join_.pids[static_cast<size_t>(r)]; // sized to the group (0: unknown)
+}
+
+void ShmTransport::awaitEveryRankMapped(std::chrono::steady_clock::time_point deadline) const {
+  while (ctl_->mapped.load(std::memory_order_acquire) < size_ &&
+         ctl_->aborted.load(std::memory_order_acquire) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
     for (int r = 0; r < size_; ++r) {
-      const int32_t pid = join_.pids.empty() ? 0 : join_.pids[static_cast<size_t>(r)];
+      const int32_t pid = checkablePid(r);
       if (control(r).pid <= 0 && pid > 0 && !processAlive(pid)) {
-        return false; // it will never come
+        return; // it will never come
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -87,15 +90,7 @@ std::vector<int> ShmTransport::deadRanks() const {
     if (r == rank_) {
       continue;
     }
-    const RankControl& peer = control(r);
-    // Its mapped pid where it mapped the segment; else the pid its discovery published (0: in
-    // another pid namespace, where a pid tells nothing).
-    int32_t pid = peer.pid;
-    if (pid > 0 && peer.pidNamespace != control(rank_).pidNamespace) {
-      pid = 0;
-    } else if (pid <= 0) {
-      pid = join_.pids.empty() ? 0 : join_.pids[static_cast<size_t>(r)];
-    }
+    const int32_t pid = checkablePid(r);
     if (pid > 0 && !processAlive(pid)) {
       dead.push_back(label(r));
     }
@@ -116,21 +111,17 @@ std::string ShmTransport::peerProblem(int r) const {
   if (ctl_->aborted.load(std::memory_order_acquire) != 0) {
     return c10::str("the group was aborted (", abortReason(), ")");
   }
-  const RankControl& peer = control(r);
-  if (peer.pid > 0) {
-    if (peer.pidNamespace == control(rank_).pidNamespace && !processAlive(peer.pid)) {
-      return c10::str("rank ", label(r), " (pid ", peer.pid, ") has died");
-    }
+  const int32_t pid = checkablePid(r);
+  if (pid <= 0 || processAlive(pid)) {
     return {};
   }
-  // Not mapped yet: the pid its discovery published (same pid namespace) still tells a death.
-  const int32_t pid = join_.pids[static_cast<size_t>(r)];
-  if (pid > 0 && !processAlive(pid)) {
-    return c10::str(
-        "rank ", label(r), " (pid ", pid, ") has died (before it mapped the group's shared "
-        "memory: during the group's creation)");
+  if (control(r).pid > 0) {
+    return c10::str("rank ", label(r), " (pid ", pid, ") has died");
   }
-  return {};
+  // Not mapped yet: the pid its discovery published still tells a death.
+  return c10::str(
+      "rank ", label(r), " (pid ", pid, ") has died (before it mapped the group's shared "
+      "memory: during the group's creation)");
 }
 
 void ShmTransport::fail(const std::string& what) {

@@ -121,8 +121,8 @@ class ShmTransport final : public Transport {
   // Why the group can no longer be used (it was aborted); empty while it can. Any thread.
   std::string brokenReason() const;
   // Waits until every rank has mapped the segment, the group is aborted, a rank that has not
-  // mapped it died, or `deadline` passes; returns whether every rank mapped it.
-  bool awaitEveryRankMapped(std::chrono::steady_clock::time_point deadline) const;
+  // mapped it died, or `deadline` passes.
+  void awaitEveryRankMapped(std::chrono::steady_clock::time_point deadline) const;
   // The ranks (as label() names them) whose process has ended, where this rank can see their
   // pid (the same pid namespace); ascending. Any thread.
   std::vector<int> deadRanks() const;
@@ -193,6 +193,10 @@ class ShmTransport final : public Transport {
   //
   // Rank r's pid: from its control block once it has mapped the segment, else from discovery.
   int32_t pidOf(int r) const;
+  // Rank r's pid where it tells this rank whether r lives: its control block's once it mapped
+  // the segment (0 in another pid namespace, where a pid tells nothing), else the one its
+  // discovery published (0: unknown). peerProblem, deadRanks and awaitEveryRankMapped ask it.
+  int32_t checkablePid(int r) const;
   std::string abortReason() const;
   std::vector<int> labels(const std::vector<int>& ranks) const;
   // Raises (aborting the group) where a rank that has not yet published step `step + 1` died, or

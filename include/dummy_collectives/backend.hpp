@@ -353,8 +353,8 @@ class DummyBackend final : public c10d::Backend {
   std::vector<int64_t> globalRanks_;        // the group's ranks in the world (empty: the world)
   GroupFactory groupFactory_;
   uint64_t shrinks_ = 0;                    // shrink() calls so far: each meets under its prefix
-  int64_t reconfigured_ = -1;               // the uuid of the last reconfigure (-1: none)
 #ifdef C10D_BACKEND_HAS_RECONFIGURE
+  int64_t reconfigured_ = -1;               // the uuid of the last reconfigure (-1: none)
   // Takes over `fresh`'s group (reconfigure): its lowering, engine, ranks, options and
   // recorder; `fresh` keeps this group's old ones and releases them when it goes.
   void adopt(DummyBackend& fresh);
