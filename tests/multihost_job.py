@@ -184,13 +184,34 @@ def mismatch(out_dir: str) -> Result:
     else:
         result["within_host"] = _attempt(lambda: dist.all_reduce(t))
     result["within_host_untouched"] = bool((t == rank).all())
-    # The group is still usable, small and large.
+    # The group is still usable, small and large (not where the hosts run one rank each: a
+    # broadcast met by another collective there fails the group, README "Across hosts").
     ok = []
-    for n in (3, 300_000):
-        t = torch.ones(n)
-        dist.all_reduce(t)
-        ok.append(bool((t == dist.get_world_size()).all()))
-    result["usable_after"] = all(ok)
+
+    def use() -> None:
+        for n in (3, 300_000):
+            t = torch.ones(n)
+            dist.all_reduce(t)
+            ok.append(bool((t == dist.get_world_size()).all()))
+
+    result["usable_after_error"] = _attempt(use)
+    result["usable_after"] = bool(ok) and all(ok)
+    return result
+
+
+def one_way_mismatch(out_dir: str, variant: str) -> Result:
+    """Hosts of one rank each call broadcasts that differ (``variant``): ``sizes``, inline
+    sizes (rank 0, the root, 4 floats, the others 5); ``large``, sizes beyond a record (the
+    data follows the root's record); ``roots``, every rank its own root. Every rank raises the
+    mismatch, at the call or at its next one, long before the group's timeout."""
+    rank = dist.get_rank()
+    n, src = {"sizes": (4, 0), "large": (300_000, 0), "roots": (4, rank)}[variant]
+    t = torch.full((n + (rank > 0 and variant != "roots"),), float(rank))
+    start = time.monotonic()
+    result: Result = {"error": _attempt(lambda: dist.broadcast(t, src=src))}
+    result["untouched"] = bool((t == rank).all())
+    result["next_error"] = _attempt(lambda: dist.all_reduce(torch.ones(3)))
+    result["seconds"] = time.monotonic() - start
     return result
 
 
@@ -275,6 +296,7 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "ddp": ddp,
     "kill": kill,
     "mismatch": mismatch,
+    "one_way_mismatch": one_way_mismatch,
     "skip": skip,
     "cuda": cuda,
 }

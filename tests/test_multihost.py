@@ -216,15 +216,21 @@ def test_a_rank_killed_on_another_host_is_named_everywhere_within_2s(hosts, vict
     assert not job.leftover_shm, job.leftover_shm
 
 
-def check_mismatch_results(result: dict[str, Any]) -> None:
+def check_mismatch_results(result: dict[str, Any], usable: bool = True) -> None:
     """What every rank of the "mismatch" scenario must report, whatever the layout: the sizes
-    that differ across hosts named, both calls leaving the tensors untouched, the group usable."""
+    that differ across hosts named, both calls leaving the tensors untouched, the group usable
+    (or, ``usable=False``, failed with that mismatch as the reason)."""
     across = result["across_hosts"]
     assert across is not None and "ranks called different collectives" in across, result
     assert "allreduce #1 of 4 Float" in across and "allreduce #1 of 5 Float" in across, across
     assert result["across_hosts_untouched"], result
     assert result["within_host_untouched"], result
-    assert result["usable_after"], result
+    if usable:
+        assert result["usable_after"] and result["usable_after_error"] is None, result
+    else:
+        after = result["usable_after_error"]
+        assert after is not None and "the group failed earlier" in after, result
+        assert "broadcast #2" in after and "allreduce #2" in after, after
 
 
 @support.requires_dummy
@@ -242,16 +248,40 @@ def test_mismatches_across_hosts_fail_every_rank_and_leave_the_group_usable(host
 
 
 @support.requires_dummy
-def test_mismatches_between_hosts_of_one_rank_fail_both_and_leave_the_group_usable(hosts) -> None:
-    # Each leader sends its record at its own size into whole-record slots: 4 and 5 floats, and
-    # a 1.2 MB allreduce met by a broadcast, never overrun a receive (gloo would abort).
+def test_mismatches_between_hosts_of_one_rank_fail_both(hosts) -> None:
+    # Each rank sends its record at its own size into whole-record slots: 4 and 5 floats never
+    # overrun a receive (gloo would abort), and the group stays usable. A 1.2 MB allreduce met
+    # by a broadcast (the root's one-way record) meets nobody: both compare their calls in the
+    # store, raise it, and the group stays failed.
     job = run_job(hosts, "mismatch", nproc=(1, 1))
     check_ran_everywhere(job, 2)
     assert job.returncodes == [0, 0], job.report()
     for result in job.results.values():
-        check_mismatch_results(result)
+        check_mismatch_results(result, usable=False)
         other = result["within_host"]
         assert other is not None and "broadcast #2" in other and "allreduce #2" in other, result
+
+
+@support.requires_dummy
+@pytest.mark.parametrize("variant", ["sizes", "large", "roots"])
+def test_broadcasts_that_differ_between_hosts_of_one_rank_fail_every_rank(hosts, variant) -> None:
+    # One rank per host, a broadcast's root sends its record one way: a receiver whose call
+    # differs raises at the call and the root (done already) at its next one; ranks that each
+    # think themselves the root meet nobody and compare their calls in the store. All within
+    # seconds, though the group's timeout is two minutes.
+    job = run_job(hosts, "one_way_mismatch", variant, nproc=(1, 1))
+    check_ran_everywhere(job, 2)
+    assert job.returncodes == [0, 0], job.report()
+    for rank, result in job.results.items():
+        errors = [e for e in (result["error"], result["next_error"]) if e is not None]
+        assert errors and all("ranks called different collectives" in e for e in errors), result
+        assert result["next_error"] is not None, result
+        if variant == "roots":
+            assert "from root 0" in errors[0] and "from root 1" in errors[0], errors
+            assert result["error"] is not None and result["untouched"], result
+        elif rank == 1:
+            assert result["error"] is not None and result["untouched"], result
+        assert result["seconds"] < 10, result
 
 
 @support.requires_dummy

@@ -48,8 +48,11 @@ at::Tensor makeRecord(size_t bytes, const Header& header, ByteView payload) {
   TORCH_CHECK(
       kHeaderBytes + payload.size <= bytes,
       "dummy_collectives: ", payload.size, " bytes do not fit a ", bytes, "-byte record");
-  at::Tensor record = at::zeros({static_cast<int64_t>(bytes)}, at::kByte);
+  // Only the header's padding is zeroed (a record crosses hosts as bytes): the payload is
+  // copied over the rest, and what follows it is never read.
+  at::Tensor record = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
   auto* base = static_cast<std::byte*>(record.data_ptr());
+  std::memset(base, 0, kHeaderBytes);
   std::memcpy(base, &header, sizeof(Header));
   if (payload.size > 0) {
     std::memcpy(base + kHeaderBytes, payload.data, payload.size);
@@ -104,6 +107,13 @@ std::string hostMismatch(const Topology& topology, const std::vector<Record>& lo
       ", on ", topology.describeHost(topology.host()), "); no data was exchanged:", calls);
 }
 
+std::string differentCallsMessage(
+    const Topology& topology, const std::string& where, const std::string& calls) {
+  return c10::str(
+      "dummy_collectives: ranks called different collectives (seen on rank ", topology.rank(),
+      ", ", where, "); no data was exchanged:", calls);
+}
+
 // Empty if every host agreed on `op`; otherwise the message every rank raises.
 std::string groupMismatch(
     const Topology& topology, const OpDescriptor& op, const std::vector<Record>& hosts) {
@@ -124,9 +134,8 @@ std::string groupMismatch(
                        " called different collectives")
             : r.header.op.describe());
   }
-  return c10::str(
-      "dummy_collectives: ranks called different collectives (seen on rank ", topology.rank(),
-      ", across ", topology.hostCount(), " hosts); no data was exchanged:", calls);
+  return differentCallsMessage(
+      topology, c10::str("across ", topology.hostCount(), " hosts"), calls);
 }
 
 } // namespace
@@ -263,6 +272,68 @@ Bytes Agreement::finish() {
                      ctx_.arrivedNs};
   }
   return result;
+}
+
+std::string differentCalls(
+    const Topology& topology,
+    const std::string& where,
+    const std::vector<std::pair<int, OpDescriptor>>& calls) {
+  std::string lines;
+  for (const auto& [rank, op] : calls) {
+    lines += c10::str("\n  ", topology.describeRank(rank), ": ", op.describe());
+  }
+  return differentCallsMessage(topology, where, lines);
+}
+
+c10::intrusive_ptr<c10d::Work> announceToAll(
+    const Levels& levels, const OpContext& ctx, ByteView payload) {
+  Header header;
+  header.op = ctx.op;
+  header.writer = levels.topology.rank();
+  header.payloadBytes = payload.size;
+  header.arrivedNs = ctx.arrivedNs;
+  header.lastRank = levels.topology.rank();
+  header.sentAtUs = wallClockUs();
+  // Only the header and the payload cross hosts; the others receive into whole records.
+  at::Tensor record = makeRecord(kHeaderBytes + payload.size, header, payload);
+  return levels.rail->broadcast(record, levels.topology.host());
+}
+
+Bytes hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost) {
+  const Topology& topology = levels.topology;
+  InterHostEngine& rail = *levels.rail;
+  const size_t bytes = kHeaderBytes + (levels.settings.oneWayBytes + 63) / 64 * 64;
+  const int64_t sentAtUs = wallClockUs();
+  const int64_t issuedNs = arrivalClockNs();
+  if (!levels.announcements.defined()) {
+    levels.announcements = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
+  }
+  at::Tensor& record = levels.announcements;
+  rail.wait(rail.broadcast(record, rootHost), ctx);
+  Header root;
+  std::memcpy(&root, record.data_ptr(), sizeof(Header));
+  // See kStaleRecord: a record sent long before ours may be the last of a root that gave up.
+  if (sentAtUs - root.sentAtUs > kStaleRecord.count() * 1000) {
+    if (auto reason = levels.health.published()) {
+      levels.health.fail(ctx.describe(), *reason);
+    }
+  }
+  if (root.op != ctx.op || root.payloadBytes > bytes - kHeaderBytes) {
+    levels.health.fail(
+        ctx.describe(),
+        differentCalls(
+            topology, c10::str("across ", topology.hostCount(), " hosts"),
+            {{root.writer, root.op}, {topology.rank(), ctx.op}}));
+  }
+  if (ctx.arrival != nullptr) {
+    // The root came last if it sent its record after this rank posted its receive (wall
+    // clocks: the hosts share no steady clock); then this rank waited for it.
+    const bool rootLast = root.sentAtUs > sentAtUs;
+    *ctx.arrival = {rootLast ? root.writer : topology.rank(),
+                    rootLast ? arrivalClockNs() - issuedNs : 0, ctx.arrivedNs};
+  }
+  const auto* payload = static_cast<const std::byte*>(record.data_ptr()) + kHeaderBytes;
+  return Bytes(payload, payload + root.payloadBytes);
 }
 
 Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const Combine* combine) {

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -61,6 +63,30 @@ Bytes agree(
 // leaders' exchange: the constructor runs step 1 and issues step 2, finish() completes steps 2
 // and 3 (and raises a mismatch). Between the two the caller may issue in-host collectives only
 // (every rank of the host the same ones, and only where hostAgrees()), never cross-host ones.
+// The one-way form of the agreement, for a broadcast on a group of one rank per host. The
+// exchange above costs every rank a send and a receive from every other; gloo's own broadcast is
+// one message from the root, and on hosts of one rank nothing else would hide the difference
+// (docs/benchmarks.md, "One-way broadcasts"). So the root's record (its header, and the data
+// where it fits a record) goes one way, through the engine's broadcast, into receives of a whole
+// record (never overrun, whatever the root called), and every other rank checks the root's call
+// against its own. A rank whose call differs fails the group (the root, already done, raises it
+// at its next collective): unlike the exchange, this form leaves nobody a way to agree on what
+// to do next. A rank that called a collective of another engine call meets nobody: its peers
+// wait, and the engine's waits compare the calls in the store (InterHostEngine::wait).
+//
+// announceToAll (the root) issues the root's record and returns the engine's Work;
+// hearAnnouncement (every other rank) waits for it, checks it, and returns its payload.
+c10::intrusive_ptr<c10d::Work> announceToAll(
+    const Levels& levels, const OpContext& ctx, ByteView payload);
+Bytes hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost);
+
+// What every rank raises when ranks called different collectives: each of `calls` is a rank
+// and the collective it called; `where` says where it was seen ("across 2 hosts").
+std::string differentCalls(
+    const Topology& topology,
+    const std::string& where,
+    const std::vector<std::pair<int, OpDescriptor>>& calls);
+
 class Agreement {
  public:
   Agreement(

@@ -14,6 +14,8 @@ namespace {
 const char* const kFailureKey = "dummy_collectives/failure";
 // One key per lost rank ("dummy_collectives/lost/3"): several ranks may report the same loss.
 const char* const kLostKeyPrefix = "dummy_collectives/lost/";
+// One key per rank: the collective it waits in ("dummy_collectives/call/3"), see tellCall.
+const char* const kCallKeyPrefix = "dummy_collectives/call/";
 
 std::vector<uint8_t> bytesOf(const std::string& text) {
   return {text.begin(), text.end()};
@@ -258,6 +260,41 @@ std::optional<std::string> GroupHealth::published(bool unreachableIsFailure) con
       return std::nullopt;
     }
     return c10::str("the group's store became unreachable (", errorText(e), ")");
+  }
+}
+
+void GroupHealth::tellCall(int rank, const OpDescriptor& op) {
+  if (storeUnreachable()) {
+    return;
+  }
+  std::vector<uint8_t> bytes(sizeof(OpDescriptor));
+  std::memcpy(bytes.data(), &op, sizeof(OpDescriptor));
+  try {
+    store_->set(c10::str(kCallKeyPrefix, rank), bytes);
+  } catch (const std::exception&) {
+    storeUnreachable_.store(true, std::memory_order_release);
+  }
+}
+
+std::optional<OpDescriptor> GroupHealth::toldCall(int rank) const {
+  if (storeUnreachable()) {
+    return std::nullopt;
+  }
+  const std::string key = c10::str(kCallKeyPrefix, rank);
+  try {
+    if (!store_->check({key})) {
+      return std::nullopt;
+    }
+    const std::vector<uint8_t> bytes = store_->get(key);
+    if (bytes.size() != sizeof(OpDescriptor)) {
+      return std::nullopt;
+    }
+    OpDescriptor op;
+    std::memcpy(&op, bytes.data(), sizeof(OpDescriptor));
+    return op;
+  } catch (const std::exception&) {
+    storeUnreachable_.store(true, std::memory_order_release);
+    return std::nullopt;
   }
 }
 

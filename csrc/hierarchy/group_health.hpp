@@ -14,6 +14,8 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <dummy_collectives/op_descriptor.hpp>
+
 namespace dummy_collectives::hierarchy {
 
 // Whether a group that spans hosts can still be used, and why not, agreed by every rank.
@@ -94,6 +96,15 @@ class GroupHealth {
   // (noteLost, hostLosses) and what other ranks told the store. One store request per rank not
   // already known: call it when recovering, not on a hot path.
   std::vector<int> lostRanks(int size) const;
+
+  // The collective a rank is waiting in, told to the ranks it may wait for. On a group of one
+  // rank per host a collective does not always begin with the same engine call (a broadcast's
+  // is the root's one-way record: agreement.hpp, announceToAll), so ranks that called different
+  // collectives may meet nobody and wait; a wait that lasts tells its call (one key per rank,
+  // overwritten) and reads its peers' (InterHostEngine::wait). A store that cannot be reached
+  // tells nothing.
+  void tellCall(int rank, const OpDescriptor& op);
+  std::optional<OpDescriptor> toldCall(int rank) const;
 
   // Whether a request to the store failed (its host left or died): then the store is not
   // polled any more.

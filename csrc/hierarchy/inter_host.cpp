@@ -1,5 +1,6 @@
 #include "hierarchy/inter_host.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -7,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/StringUtil.h>
+
+#include "hierarchy/agreement.hpp"
 
 namespace dummy_collectives::hierarchy {
 namespace {
@@ -24,6 +27,11 @@ constexpr std::chrono::milliseconds kStorePollPeriod{250};
 // for the reason a rank that saw the cause publishes: the failed rank's host peers see a dead
 // process within their liveness period, and a rank whose host peer never came names it.
 constexpr std::chrono::milliseconds kReasonPatience = OpContext::kReasonPatience;
+// A wait longer than this on a group whose collectives may begin with different engine calls
+// compares calls in the store (compareStuckCalls), then again every period: how long ranks
+// that called different collectives take to raise, at two store requests per peer a period.
+constexpr std::chrono::milliseconds kCompareCallsAfter{100};
+constexpr std::chrono::milliseconds kCompareCallsPeriod{100};
 
 struct Completion {
   std::mutex mu;
@@ -130,6 +138,10 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(at::Tensor& data, int 
 
 void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const {
   ctx.step();
+  // Only a collective's first engine call can meet another collective's: later ones follow a
+  // check every rank passed.
+  const bool firstCall = ctx.op.seq != lastWaitedSeq_;
+  lastWaitedSeq_ = ctx.op.seq;
   if (!work->isCompleted()) {
     auto completion = std::make_shared<Completion>();
     work->getFuture()->addCallback([completion](c10::ivalue::Future&) {
@@ -142,6 +154,8 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
     const auto start = Clock::now();
     auto nextCheck = start + kHealthPeriod;
     auto nextStorePoll = start;
+    auto nextCallComparison = start + kCompareCallsAfter;
+    bool told = false;
     std::unique_lock<std::mutex> lock(completion->mu);
     while (!completion->done) {
       const auto now = Clock::now();
@@ -189,6 +203,12 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
           }
           nextStorePoll = now + kStorePollPeriod;
         }
+        if (compareStuckCalls_ && firstCall && now >= nextCallComparison) {
+          if (auto mismatch = stuckCallMismatch(ctx, told)) {
+            health_.fail(ctx.describe(), *mismatch);
+          }
+          nextCallComparison = Clock::now() + kCompareCallsPeriod;
+        }
         nextCheck = Clock::now() + kHealthPeriod;
         lock.lock();
         continue;
@@ -212,6 +232,33 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
                                  : health_.awaitPublished(kReasonPatience);
     health_.fail(ctx.describe(), reason ? *reason : describeFailure(error));
   }
+}
+
+std::optional<std::string> InterHostEngine::stuckCallMismatch(
+    const OpContext& ctx, bool& told) const {
+  if (!told) {
+    health_.tellCall(topology_.rank(), ctx.op);
+    told = true;
+  }
+  std::vector<std::pair<int, OpDescriptor>> calls{{topology_.rank(), ctx.op}};
+  for (const int member : members_) {
+    if (member == topology_.rank()) {
+      continue;
+    }
+    // A peer's call of another collective of the sequence is an old one (it waited long then)
+    // or one it has not reached: only the same collective of the sequence tells a mismatch.
+    auto op = health_.toldCall(member);
+    if (op && op->seq == ctx.op.seq && *op != ctx.op) {
+      calls.emplace_back(member, *op);
+    }
+  }
+  if (calls.size() == 1) {
+    return std::nullopt;
+  }
+  std::sort(calls.begin(), calls.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return differentCalls(
+      topology_, c10::str("across ", topology_.hostCount(), " hosts"), calls);
 }
 
 namespace {

@@ -83,10 +83,21 @@ class InterHostEngine {
   // collective's deadline.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const;
 
+  // Whether a wait that lasts compares this rank's call with its peers' in the store: where
+  // the group's collectives do not all begin with the same engine call (one rank per host:
+  // GroupHealth::tellCall), ranks that called different collectives would otherwise wait for
+  // each other until the timeout.
+  void compareStuckCalls(bool on) {
+    compareStuckCalls_ = on;
+  }
+
  private:
   // The members the engine's failure points at: those whose process this rank can see to have
   // ended, else those on the host at the address the error names (`host`: that host, or -1).
   std::vector<int> suspectsOf(const std::string& engineError, int& host) const;
+  // The message of a mismatch this rank's call has with a call its peers told, if any (this
+  // rank tells its own first, once per wait: `told`).
+  std::optional<std::string> stuckCallMismatch(const OpContext& ctx, bool& told) const;
   // Why the engine failed, for the message: the peer it names, if any.
   std::string describeFailure(const std::string& engineError) const;
 
@@ -94,6 +105,10 @@ class InterHostEngine {
   std::vector<int> members_;
   const Topology& topology_;
   GroupHealth& health_;
+  bool compareStuckCalls_ = false;
+  // The collective (its sequence number) this engine last waited for: its first wait for a
+  // collective is the one that may meet another collective's call. A group runs one at a time.
+  mutable uint64_t lastWaitedSeq_ = 0;
 };
 
 // A contiguous tensor's bytes as a 1-D uint8 tensor (the engines move bytes).

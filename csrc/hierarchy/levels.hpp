@@ -16,6 +16,9 @@ struct HierarchySettings {
   // Large messages cross hosts in pieces of this size, each piece's in-host stage overlapping
   // the previous piece's cross-host stage.
   size_t chunkBytes; // BackendOptions::interHostChunkBytes
+  // One rank per host: broadcasts of up to this many bytes ride in the root's one-way record
+  // (two_level.cpp, broadcastOneWay); every other rank receives into a record this large.
+  size_t oneWayBytes = 0;
 };
 
 // Everything a two-level algorithm runs on.
@@ -30,6 +33,9 @@ struct Levels {
   InterHostEngine& everyone;
   GroupHealth& health;
   HierarchySettings settings;
+  // Where a broadcast's one-way record lands (agreement.cpp, hearAnnouncement): kept, since a
+  // fresh one costs page faults on every broadcast. A group runs one collective at a time.
+  mutable at::Tensor announcements;
 
   bool leader() const {
     return topology.localRank() == 0;

@@ -549,12 +549,56 @@ void reduce(
 
 // ---- broadcast ---------------------------------------------------------------------------------
 
+namespace {
+
+// One rank per host: the root's record goes one way, as gloo's broadcast does, and every other
+// rank checks it (agreement.hpp, announceToAll). A message that fits a record rides in it;
+// a larger one follows it in a second broadcast, which the root issues at once and the others
+// only once they checked the record (before that, a root that called something larger could
+// overrun their receive: gloo aborts the process then).
+void broadcastOneWay(const Levels& levels, const OpContext& ctx, at::Tensor& data, int rootHost) {
+  const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
+  const bool inlined = bytes <= levels.settings.oneWayBytes;
+  InterHostEngine& rail = *levels.rail;
+  at::Tensor flat = bytesOf(data);
+  debug_log::note(inlined ? "one rank per host: one way, in the root's record"
+                          : "one rank per host: one way, the root's record, then the data");
+  if (levels.topology.host() == rootHost) {
+    auto record = announceToAll(levels, ctx, inlined ? viewOf(data) : ByteView{});
+    c10::intrusive_ptr<c10d::Work> rest;
+    if (!inlined) {
+      rest = rail.broadcast(flat, rootHost);
+    }
+    rail.wait(record, ctx);
+    if (rest) {
+      rail.wait(rest, ctx);
+    }
+    return;
+  }
+  const Bytes heard = hearAnnouncement(levels, ctx, rootHost);
+  if (inlined) {
+    TORCH_CHECK(heard.size() == bytes, "dummy_collectives: broadcast got ", heard.size(),
+                " bytes for ", bytes);
+    if (bytes > 0) {
+      std::memcpy(data.data_ptr(), heard.data(), bytes);
+    }
+    return;
+  }
+  rail.wait(rail.broadcast(flat, rootHost), ctx);
+}
+
+} // namespace
+
 void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
   const Topology& topology = levels.topology;
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
   const int rootHost = topology.hostOf(root);
   const int rootLocal = topology.localRankOf(root);
   const bool isRoot = topology.rank() == root;
+  if (levels.oneRankPerHost()) {
+    broadcastOneWay(levels, ctx, data, rootHost);
+    return;
+  }
   if (bytes <= levels.settings.inlineBytes) {
     // The root's data rides with the agreement.
     debug_log::note("inline with the agreement");
@@ -580,11 +624,6 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
   }
   agree(levels, ctx);
   at::Tensor flat = bytesOf(data);
-  if (levels.oneRankPerHost()) {
-    debug_log::note("one rank per host, the engine's broadcast");
-    levels.rail->wait(levels.rail->broadcast(flat, rootHost), ctx);
-    return;
-  }
   // The in-host stages are copies, far cheaper than the cross-host one: chunks as large as
   // inter_host_chunk_bytes (2 hosts x 2 ranks, 1 MiB: 0.71x gloo in 4 chunks of 256 KiB).
   const Chunking plan(flat.numel(), 64, levels.settings, 1, 1, /*wholeChunks=*/true);

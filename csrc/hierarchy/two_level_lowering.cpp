@@ -169,6 +169,8 @@ TwoLevelLowering::TwoLevelLowering(
     rail_ = std::make_unique<InterHostEngine>(
         std::move(rail), topology_.rail(topology_.uniform() ? topology_.localRank() : 0),
         topology_, *health_);
+    // Broadcasts begin with the root's one-way record there (two_level.cpp, broadcastOneWay).
+    rail_->compareStuckCalls(topology_.oneRankPerHost());
   }
   std::vector<int> all(size);
   for (int r = 0; r < size; ++r) {
@@ -185,6 +187,14 @@ TwoLevelLowering::TwoLevelLowering(
     settings.inlineBytes = std::max(settings.inlineBytes, kTwoHostsInlineBytes);
   }
   settings.chunkBytes = options_->interHostChunkBytes;
+  if (topology_.oneRankPerHost()) {
+    // A broadcast's record goes one way (no copy for every peer, as an exchange sends), so it
+    // carries as much as two hosts' exchange does; but past 3 hosts gloo's broadcast tree
+    // forwards every receiver's whole record, so they stay at the exchange's size.
+    settings.oneWayBytes = topology_.hostCount() <= 3
+        ? std::max(settings.inlineBytes, kTwoHostsInlineBytes)
+        : settings.inlineBytes;
+  }
   levels_ = std::unique_ptr<Levels>(
       new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
   fault_ = fault_injection::fromEnv(); // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
