@@ -158,3 +158,40 @@ def test_min_max_keep_nan_from_any_rank_across_hosts(
     results = pool(len(hosts_of)).run_ok(min_max_with_nans, hosts_of, sizes)
     failures = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not failures, "\n".join(failures)
+
+
+def large_allreduces(numel: int) -> list[str]:
+    """Allreduces of ``numel`` elements between two hosts of one rank (from 32 MiB they run on
+    gloo's own allreduce, below it the hosts swap whole messages): SUM, AVG and MAX of float32,
+    SUM of int64 and float16, each against the exact result, and the same bits on both ranks."""
+    failures: list[str] = []
+    rank = harness.rank()
+    with spanning_group([0, 1]) as group:
+        for dtype, op in ((torch.float32, ReduceOp.SUM), (torch.float32, ReduceOp.AVG),
+                          (torch.float32, ReduceOp.MAX), (torch.int64, ReduceOp.SUM),
+                          (torch.float16, ReduceOp.SUM)):  # fmt: skip
+            ramp = torch.arange(numel) % 7  # small integers: every sum exact
+            inputs = [(ramp + r + 1).to(dtype) for r in range(2)]
+            expected = {ReduceOp.SUM: inputs[0] + inputs[1], ReduceOp.MAX: inputs[1],
+                        ReduceOp.AVG: (inputs[0] + inputs[1]) / 2}[op]  # fmt: skip
+            got = inputs[rank].clone()
+            dist.all_reduce(got, op=op, group=group)
+            if not torch.equal(got, expected):
+                wrong = (got != expected).nonzero().flatten()[:4].tolist()
+                failures.append(f"{dtype} {op} of {numel}: wrong at {wrong}")
+            bits = got.view(torch.uint8)
+            both = [torch.empty_like(bits) for _ in range(2)]
+            dist.all_gather(both, bits, group=harness.reference_group())
+            if not torch.equal(both[0], both[1]):
+                failures.append(f"{dtype} {op} of {numel}: ranks differ")
+    return failures
+
+
+@pytest.mark.parametrize("numel", [(32 << 20) // 4 + 5, (32 << 20) // 4 - 5],
+                         ids=["from-32MiB-gloo", "below-32MiB-swap"])  # fmt: skip
+def test_large_allreduces_between_hosts_of_one_rank_are_exact(
+    pool: support.PoolFactory, numel: int
+) -> None:
+    results = pool(2).run_ok(large_allreduces, numel)
+    failures = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not failures, "\n".join(failures)

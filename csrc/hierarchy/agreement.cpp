@@ -319,11 +319,14 @@ Bytes hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost)
     }
   }
   if (root.op != ctx.op || root.payloadBytes > bytes - kHeaderBytes) {
+    std::vector<std::pair<int, OpDescriptor>> calls{
+        {root.writer, root.op}, {topology.rank(), ctx.op}};
+    if (root.writer > topology.rank()) {
+      std::swap(calls[0], calls[1]);
+    }
     levels.health.fail(
         ctx.describe(),
-        differentCalls(
-            topology, c10::str("across ", topology.hostCount(), " hosts"),
-            {{root.writer, root.op}, {topology.rank(), ctx.op}}));
+        differentCalls(topology, c10::str("across ", topology.hostCount(), " hosts"), calls));
   }
   if (ctx.arrival != nullptr) {
     // The root came last if it sent its record after this rank posted its receive (wall

@@ -156,13 +156,20 @@ int64_t lineElements(size_t elementSize) {
 // an all-gather above a couple of MiB, and loses below (docs/benchmarks.md, "The cross-host
 // exchange"); two members swap at every size (CrossHostReduction::exchange).
 constexpr size_t kEngineAllreduceMinBytes = size_t{2} << 20;
+// Two members swap whole chunks below this (one step where the ring takes two); from it gloo's
+// own allreduce wins: the swap receives a whole copy into fresh memory and folds all of it, the
+// ring folds half (docs/benchmarks.md, "One rank per host, large allreduces"). For float sums
+// and products between two members gloo computes what our kernels do to the bit (one
+// commutative operation), so the order caveat below does not arise.
+constexpr size_t kTwoMembersEngineAllreduceMinBytes = size_t{32} << 20;
 
 // Whether the engine's allreduce computes what dummy's kernels do for `spec` (across hosts: no
 // premultiplication, AVG's division done apart), to the bit: gloo has no int16, complex or AVG,
 // and its bool is left to our kernels. Integers come out the same in any order. Floating point
 // does not: gloo folds in ring order (not host order) and rounds half types after every add; its
-// MIN/MAX (std::min) picks a NaN or not by operand order. (Two members never use the engine's
-// allreduce: CrossHostReduction::native.)
+// MIN/MAX (std::min) picks a NaN or not by operand order. (Two members use the engine's
+// allreduce only for large messages, kTwoMembersEngineAllreduceMinBytes: one add per element,
+// so every order gives the same bits.)
 // `anyOrder`: the caller accepts gloo's ring order for float and double sums and products (a
 // whole message crossing hosts in one operation: the ring folds each element in one order and
 // forwards that result, so every rank still gets the same bits, only not in host order).
@@ -216,8 +223,8 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, bool anyOr
 //   fold:     the fold of both chunks (two members) or of piece m, in host order; AVG's
 //             division after the engine's allreduce;
 //   gather:   nothing, or an all-gather of the folded pieces back into the chunk.
-// Two members exchange whole chunks because one round trip beats the all-to-all's two and the
-// engine's ring's two steps; beyond two, large chunks keep the engine's allreduce because there
+// Two members exchange whole chunks below 32 MiB because one round trip beats the all-to-all's
+// two and the engine's ring's two steps; beyond two, large chunks keep the engine's allreduce because there
 // it beats the all-to-all (docs/benchmarks.md, "The cross-host exchange").
 class CrossHostReduction {
  public:
@@ -230,7 +237,7 @@ class CrossHostReduction {
       : engine_(engine),
         ctx_(ctx),
         spec_(crossSpec(spec)),
-        native_(engineReduction(spec_, wholeMessage)),
+        native_(engineReduction(spec_, wholeMessage || engine.size() == 2)),
         chunks_(chunks) {}
 
   // Whether a chunk of `bytes` is exchanged as an all-to-all of equal pieces, one per member
@@ -318,10 +325,10 @@ class CrossHostReduction {
     at::Tensor pieces;
     at::Tensor folded;
   };
-  // Two members swap whole chunks at every size: one step where the engine's ring takes two
-  // for the same bytes (gloo, 2 hosts of 1 rank: 1 MiB 1.8x, 4 MiB 1.07x, 16 MiB 1.14x).
   bool native(size_t bytes) const {
-    return native_.has_value() && bytes >= kEngineAllreduceMinBytes && engine_.size() > 2;
+    return native_.has_value() &&
+        bytes >= (engine_.size() == 2 ? kTwoMembersEngineAllreduceMinBytes
+                                      : kEngineAllreduceMinBytes);
   }
 
   const InterHostEngine& engine_;

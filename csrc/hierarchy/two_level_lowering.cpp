@@ -243,6 +243,12 @@ void TwoLevelLowering::logCreation(int me) const {
              : c10::str("are pipelined in at least ", two_level::kMinChunks, " chunks of ",
                         bytes(two_level::kMinChunkBytes), " to inter_host_chunk_bytes ",
                         bytes(options_->interHostChunkBytes)));
+  if (levels_->oneRankPerHost()) {
+    DC_LOG(kInfo, me, "cross-host plan: broadcasts send the root's record one way (gloo's "
+           "broadcast, as gloo's own; every receiver checks it), with up to ",
+           bytes(levels_->settings.oneWayBytes), " of data, larger data after the check; a "
+           "mismatch involving one fails the group");
+  }
   hostShm_->logCreation(me);
 }
 
