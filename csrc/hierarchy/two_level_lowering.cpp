@@ -125,6 +125,11 @@ std::map<at::ScalarType, std::vector<size_t>> byDtype(const std::vector<at::Tens
 // What rides with the agreement between two hosts of one rank each (measured: 64 KiB and
 // 256 KiB allreduces 2.2x and 1.7x gloo's; 1 MiB lost to the engine's own).
 constexpr size_t kTwoHostsInlineBytes = size_t{256} << 10;
+// What rides in a broadcast's one-way record on 2-3 hosts of one rank (two_level.cpp,
+// broadcastOneWay): beyond it the data follows in a second broadcast, a hand-off more (512 KiB
+// broadcast on 2 hosts: 0.75x gloo with 256 KiB records, 0.95x with 1 MiB); each side copies
+// the data once, so records stay small next to the transfer.
+constexpr size_t kOneWayBytes = size_t{1} << 20;
 
 } // namespace
 
@@ -189,10 +194,10 @@ TwoLevelLowering::TwoLevelLowering(
   settings.chunkBytes = options_->interHostChunkBytes;
   if (topology_.oneRankPerHost()) {
     // A broadcast's record goes one way (no copy for every peer, as an exchange sends), so it
-    // carries as much as two hosts' exchange does; but past 3 hosts gloo's broadcast tree
-    // forwards every receiver's whole record, so they stay at the exchange's size.
+    // carries more than an exchange; but past 3 hosts gloo's broadcast tree forwards every
+    // receiver's whole record, so they stay at the exchange's size.
     settings.oneWayBytes = topology_.hostCount() <= 3
-        ? std::max(settings.inlineBytes, kTwoHostsInlineBytes)
+        ? std::max(settings.inlineBytes, kOneWayBytes)
         : settings.inlineBytes;
   }
   levels_ = std::unique_ptr<Levels>(
