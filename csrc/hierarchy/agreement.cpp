@@ -299,7 +299,7 @@ c10::intrusive_ptr<c10d::Work> announceToAll(
   return levels.rail->broadcast(record, levels.topology.host());
 }
 
-Bytes hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost) {
+ByteView hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost) {
   const Topology& topology = levels.topology;
   InterHostEngine& rail = *levels.rail;
   const size_t bytes = kHeaderBytes + (levels.settings.oneWayBytes + 63) / 64 * 64;
@@ -335,8 +335,8 @@ Bytes hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost)
     *ctx.arrival = {rootLast ? root.writer : topology.rank(),
                     rootLast ? arrivalClockNs() - issuedNs : 0, ctx.arrivedNs};
   }
-  const auto* payload = static_cast<const std::byte*>(record.data_ptr()) + kHeaderBytes;
-  return Bytes(payload, payload + root.payloadBytes);
+  return {static_cast<const std::byte*>(record.data_ptr()) + kHeaderBytes,
+          static_cast<size_t>(root.payloadBytes)};
 }
 
 Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const Combine* combine) {

@@ -75,10 +75,11 @@ Bytes agree(
 // wait, and the engine's waits compare the calls in the store (InterHostEngine::wait).
 //
 // announceToAll (the root) issues the root's record and returns the engine's Work;
-// hearAnnouncement (every other rank) waits for it, checks it, and returns its payload.
+// hearAnnouncement (every other rank) waits for it, checks it, and returns its payload (a view
+// of the group's receive buffer, valid until its next collective).
 c10::intrusive_ptr<c10d::Work> announceToAll(
     const Levels& levels, const OpContext& ctx, ByteView payload);
-Bytes hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost);
+ByteView hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost);
 
 // What every rank raises when ranks called different collectives: each of `calls` is a rank
 // and the collective it called; `where` says where it was seen ("across 2 hosts").

@@ -582,12 +582,12 @@ void broadcastOneWay(const Levels& levels, const OpContext& ctx, at::Tensor& dat
     }
     return;
   }
-  const Bytes heard = hearAnnouncement(levels, ctx, rootHost);
+  const ByteView heard = hearAnnouncement(levels, ctx, rootHost);
   if (inlined) {
-    TORCH_CHECK(heard.size() == bytes, "dummy_collectives: broadcast got ", heard.size(),
+    TORCH_CHECK(heard.size == bytes, "dummy_collectives: broadcast got ", heard.size,
                 " bytes for ", bytes);
     if (bytes > 0) {
-      std::memcpy(data.data_ptr(), heard.data(), bytes);
+      std::memcpy(data.data_ptr(), heard.data, bytes);
     }
     return;
   }
