@@ -40,8 +40,25 @@ constexpr size_t kHeaderBytes = 128;
 static_assert(sizeof(Header) <= kHeaderBytes, "the header outgrew its space");
 static_assert(std::is_trivially_copyable_v<Header>, "headers travel as bytes");
 
+// A record's size: the header and room for `payloadBytes`, in whole cache lines.
+size_t recordBytes(size_t payloadBytes) {
+  return kHeaderBytes + (payloadBytes + 63) / 64 * 64;
+}
 size_t recordBytes(const HierarchySettings& settings) {
-  return kHeaderBytes + (settings.inlineBytes + 63) / 64 * 64;
+  return recordBytes(settings.inlineBytes);
+}
+
+// See kStaleRecord: where a peer's record crossed hosts this long before ours (wall clock,
+// microseconds), fails the group with a published failure, if any. Whether it was stale.
+bool failIfStaleAndPublished(
+    const Levels& levels, const OpContext& ctx, int64_t oursUs, int64_t theirsUs) {
+  if (oursUs - theirsUs <= kStaleRecord.count() * 1000) {
+    return false;
+  }
+  if (auto reason = levels.health.published()) {
+    levels.health.fail(ctx.describe(), *reason);
+  }
+  return true;
 }
 
 at::Tensor makeRecord(size_t bytes, const Header& header, ByteView payload) {
@@ -107,11 +124,10 @@ std::string hostMismatch(const Topology& topology, const std::vector<Record>& lo
       ", on ", topology.describeHost(topology.host()), "); no data was exchanged:", calls);
 }
 
-std::string differentCallsMessage(
-    const Topology& topology, const std::string& where, const std::string& calls) {
+std::string differentCallsMessage(const Topology& topology, const std::string& calls) {
   return c10::str(
       "dummy_collectives: ranks called different collectives (seen on rank ", topology.rank(),
-      ", ", where, "); no data was exchanged:", calls);
+      ", across ", topology.hostCount(), " hosts); no data was exchanged:", calls);
 }
 
 // Empty if every host agreed on `op`; otherwise the message every rank raises.
@@ -134,8 +150,7 @@ std::string groupMismatch(
                        " called different collectives")
             : r.header.op.describe());
   }
-  return differentCallsMessage(
-      topology, c10::str("across ", topology.hostCount(), " hosts"), calls);
+  return differentCallsMessage(topology, calls);
 }
 
 } // namespace
@@ -227,10 +242,7 @@ Bytes Agreement::finish() {
     // Where this host came last, its leader waited for the network, not for a rank.
     crossHostWaitNs_ = lastHost->header.writer == topology.rank() ? 0 : crossHostWaitNs;
     for (const auto& r : hosts) {
-      if (sentAtUs_ - r.header.sentAtUs > kStaleRecord.count() * 1000) {
-        if (auto reason = levels_.health.published()) {
-          levels_.health.fail(ctx_.describe(), *reason);
-        }
+      if (failIfStaleAndPublished(levels_, ctx_, sentAtUs_, r.header.sentAtUs)) {
         break;
       }
     }
@@ -275,14 +287,14 @@ Bytes Agreement::finish() {
 }
 
 std::string differentCalls(
-    const Topology& topology,
-    const std::string& where,
-    const std::vector<std::pair<int, OpDescriptor>>& calls) {
+    const Topology& topology, std::vector<std::pair<int, OpDescriptor>> calls) {
+  std::sort(calls.begin(), calls.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::string lines;
   for (const auto& [rank, op] : calls) {
     lines += c10::str("\n  ", topology.describeRank(rank), ": ", op.describe());
   }
-  return differentCallsMessage(topology, where, lines);
+  return differentCallsMessage(topology, lines);
 }
 
 c10::intrusive_ptr<c10d::Work> announceToAll(
@@ -302,7 +314,7 @@ c10::intrusive_ptr<c10d::Work> announceToAll(
 ByteView hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost) {
   const Topology& topology = levels.topology;
   InterHostEngine& rail = *levels.rail;
-  const size_t bytes = kHeaderBytes + (levels.settings.oneWayBytes + 63) / 64 * 64;
+  const size_t bytes = recordBytes(levels.settings.oneWayBytes);
   const int64_t sentAtUs = wallClockUs();
   const int64_t issuedNs = arrivalClockNs();
   if (!levels.announcements.defined()) {
@@ -312,21 +324,12 @@ ByteView hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHo
   rail.wait(rail.broadcast(record, rootHost), ctx);
   Header root;
   std::memcpy(&root, record.data_ptr(), sizeof(Header));
-  // See kStaleRecord: a record sent long before ours may be the last of a root that gave up.
-  if (sentAtUs - root.sentAtUs > kStaleRecord.count() * 1000) {
-    if (auto reason = levels.health.published()) {
-      levels.health.fail(ctx.describe(), *reason);
-    }
-  }
+  // A record sent long before ours may be the last of a root that gave up.
+  failIfStaleAndPublished(levels, ctx, sentAtUs, root.sentAtUs);
   if (root.op != ctx.op || root.payloadBytes > bytes - kHeaderBytes) {
-    std::vector<std::pair<int, OpDescriptor>> calls{
-        {root.writer, root.op}, {topology.rank(), ctx.op}};
-    if (root.writer > topology.rank()) {
-      std::swap(calls[0], calls[1]);
-    }
     levels.health.fail(
         ctx.describe(),
-        differentCalls(topology, c10::str("across ", topology.hostCount(), " hosts"), calls));
+        differentCalls(topology, {{root.writer, root.op}, {topology.rank(), ctx.op}}));
   }
   if (ctx.arrival != nullptr) {
     // The root came last if it sent its record after this rank posted its receive (wall

@@ -59,10 +59,6 @@ Bytes agree(
     ByteView payload = {},
     const Combine* combine = nullptr);
 
-// The agreement in two halves, so that a large collective's first in-host stage overlaps the
-// leaders' exchange: the constructor runs step 1 and issues step 2, finish() completes steps 2
-// and 3 (and raises a mismatch). Between the two the caller may issue in-host collectives only
-// (every rank of the host the same ones, and only where hostAgrees()), never cross-host ones.
 // The one-way form of the agreement, for a broadcast on a group of one rank per host. The
 // exchange above costs every rank a send and a receive from every other; gloo's own broadcast is
 // one message from the root, and on hosts of one rank nothing else would hide the difference
@@ -81,13 +77,15 @@ c10::intrusive_ptr<c10d::Work> announceToAll(
     const Levels& levels, const OpContext& ctx, ByteView payload);
 ByteView hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost);
 
-// What every rank raises when ranks called different collectives: each of `calls` is a rank
-// and the collective it called; `where` says where it was seen ("across 2 hosts").
+// What every rank raises when ranks on different hosts called different collectives: each of
+// `calls` is a rank and the collective it called (listed in rank order).
 std::string differentCalls(
-    const Topology& topology,
-    const std::string& where,
-    const std::vector<std::pair<int, OpDescriptor>>& calls);
+    const Topology& topology, std::vector<std::pair<int, OpDescriptor>> calls);
 
+// The agreement in two halves, so that a large collective's first in-host stage overlaps the
+// leaders' exchange: the constructor runs step 1 and issues step 2, finish() completes steps 2
+// and 3 (and raises a mismatch). Between the two the caller may issue in-host collectives only
+// (every rank of the host the same ones, and only where hostAgrees()), never cross-host ones.
 class Agreement {
  public:
   Agreement(

@@ -1,6 +1,5 @@
 #include "hierarchy/inter_host.hpp"
 
-#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -255,10 +254,7 @@ std::optional<std::string> InterHostEngine::stuckCallMismatch(
   if (calls.size() == 1) {
     return std::nullopt;
   }
-  std::sort(calls.begin(), calls.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  return differentCalls(
-      topology_, c10::str("across ", topology_.hostCount(), " hosts"), calls);
+  return differentCalls(topology_, std::move(calls));
 }
 
 namespace {

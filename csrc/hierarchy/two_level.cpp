@@ -224,8 +224,8 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, bool anyOr
 //             division after the engine's allreduce;
 //   gather:   nothing, or an all-gather of the folded pieces back into the chunk.
 // Two members exchange whole chunks below 32 MiB because one round trip beats the all-to-all's
-// two and the engine's ring's two steps; beyond two, large chunks keep the engine's allreduce because there
-// it beats the all-to-all (docs/benchmarks.md, "The cross-host exchange").
+// two and the engine's ring's two steps; beyond two, large chunks keep the engine's allreduce
+// because there it beats the all-to-all (docs/benchmarks.md, "The cross-host exchange").
 class CrossHostReduction {
  public:
   CrossHostReduction(
