@@ -200,17 +200,30 @@ def mismatch(out_dir: str) -> Result:
 
 
 def one_way_mismatch(out_dir: str, variant: str) -> Result:
-    """Hosts of one rank each call broadcasts that differ (``variant``): ``sizes``, inline
-    sizes (rank 0, the root, 4 floats, the others 5); ``large``, sizes beyond a record (the
-    data follows the root's record); ``roots``, every rank its own root. Every rank raises the
-    mismatch, at the call or at its next one, long before the group's timeout."""
+    """Broadcasts whose root's host sends its record one way, called differently (``variant``):
+    ``sizes``, inline sizes (rank 0 the root; its host's ranks 4 floats, every other host's 5);
+    ``mid``, sizes that fit the root's record but not the in-host ones (each host's leader
+    shares the data); ``large``, sizes beyond a record (the data follows the root's record);
+    ``roots``, each host
+    the root of its own (its first rank); ``root_host``, the root's host's last rank 5 floats,
+    everyone else 4. Every rank raises the mismatch, at the call or at its next one, long
+    before the group's timeout; ``root_host`` leaves the group usable."""
     rank = dist.get_rank()
-    n, src = {"sizes": (4, 0), "large": (300_000, 0), "roots": (4, rank)}[variant]
-    t = torch.full((n + (rank > 0 and variant != "roots"),), float(rank))
+    hosts = dist.group.WORLD._get_backend(torch.device("cpu")).hosts
+    host = next(h for h, ranks in enumerate(hosts) if rank in ranks)
+    n = {"mid": 100_000, "large": 300_000}.get(variant, 4)
+    src = hosts[host][0] if variant == "roots" else 0
+    if variant == "root_host":
+        n += rank == hosts[0][-1]
+    elif variant != "roots":
+        n += host > 0
+    t = torch.full((n,), float(rank))
     start = time.monotonic()
-    result: Result = {"error": _attempt(lambda: dist.broadcast(t, src=src))}
+    result: Result = {"error": _attempt(lambda: dist.broadcast(t, src=src)), "src": src}
     result["untouched"] = bool((t == rank).all())
-    result["next_error"] = _attempt(lambda: dist.all_reduce(torch.ones(3)))
+    after = torch.ones(3)
+    result["next_error"] = _attempt(lambda: dist.all_reduce(after))
+    result["next_sum"] = after.tolist()
     result["seconds"] = time.monotonic() - start
     return result
 

@@ -195,3 +195,36 @@ def test_large_allreduces_between_hosts_of_one_rank_are_exact(
     results = pool(2).run_ok(large_allreduces, numel)
     failures = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
     assert not failures, "\n".join(failures)
+
+
+def broadcasts_from_every_root(hosts_of: list[int], sizes: list[int]) -> list[str]:
+    """Broadcasts of ``sizes`` bytes from every root, back to back, against the root's input."""
+    failures: list[str] = []
+    rank, world = harness.rank(), len(hosts_of)
+    with spanning_group(hosts_of) as group:
+        for numel in sizes:
+            for root in range(world):
+                expected = (torch.arange(numel, dtype=torch.int32) * 7 + root).to(torch.uint8)
+                got = expected.clone() if rank == root else torch.full_like(expected, 255)
+                dist.broadcast(got, src=root, group=group)
+                if not torch.equal(got, expected):
+                    wrong = (got != expected).nonzero().flatten()[:4].tolist()
+                    failures.append(f"{numel} bytes from root {root}: wrong at {wrong}")
+    return failures
+
+
+@pytest.mark.parametrize(
+    "hosts_of",
+    [[0, 1], [0, 1, 2], [0, 0, 1, 1], [0, 0, 0, 1], [0, 1, 1, 1]],
+    ids=["2x1", "3x1", "2x2", "3+1", "1+3"],
+)
+def test_broadcasts_of_every_size_and_root_across_hosts(
+    pool: support.PoolFactory, hosts_of: list[int]
+) -> None:
+    # The root's host's record carries the data up to 16 KiB (every rank gets it with the
+    # check) and up to 1 MiB (each host's leader shares it in shared memory); larger data
+    # follows the check, pipelined where hosts hold several ranks.
+    sizes = [0, 5, 16 << 10, (16 << 10) + 1, 300_001, 1 << 20, (1 << 20) + 3, 3_000_017]
+    results = pool(len(hosts_of)).run_ok(broadcasts_from_every_root, hosts_of, sizes)
+    failures = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]
+    assert not failures, "\n".join(failures)

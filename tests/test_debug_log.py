@@ -163,8 +163,8 @@ def test_info_describes_each_group_once_on_every_rank(
                      r"raised: two hosts of one rank.*\) ride with the agreement \(one exchange\); "
                      r"larger messages cross hosts whole, in one engine operation",
                      "cross-host plan")  # fmt: skip
-        require_line(log, r"cross-host plan: broadcasts send the root's record one way .* with "
-                     r"up to 1 MiB of data, larger data after the check",
+        require_line(log, r"cross-host plan: broadcasts send the root's host's record one way "
+                     r".* with up to 1 MiB of data, larger data after the check",
                      "one-way broadcasts")  # fmt: skip
         require_line(log, rf"DUMMY INFO host level: local rank 0 of 1 \(the group's ranks on "
                      rf"this host: {r}\)$", "host level")  # fmt: skip

@@ -263,25 +263,47 @@ def test_mismatches_between_hosts_of_one_rank_fail_both(hosts) -> None:
 
 
 @support.requires_dummy
-@pytest.mark.parametrize("variant", ["sizes", "large", "roots"])
-def test_broadcasts_that_differ_between_hosts_of_one_rank_fail_every_rank(hosts, variant) -> None:
-    # One rank per host, a broadcast's root sends its record one way: a receiver whose call
-    # differs raises at the call and the root (done already) at its next one; ranks that each
-    # think themselves the root meet nobody and compare their calls in the store. All within
-    # seconds, though the group's timeout is two minutes.
-    job = run_job(hosts, "one_way_mismatch", variant, nproc=(1, 1))
-    check_ran_everywhere(job, 2)
+@pytest.mark.parametrize("nproc", [(1, 1), (2, 2), (1, 3)], ids=["2x1", "2x2", "1+3"])
+@pytest.mark.parametrize("variant", ["sizes", "mid", "large", "roots"])
+def test_broadcasts_that_differ_between_hosts_fail_every_rank(hosts, variant, nproc) -> None:
+    # A broadcast's root's host sends its record one way: a host whose call differs raises at
+    # the call and the root's host (done already) at its next one; hosts that each think
+    # themselves the root's meet nobody, and their leaders compare their calls in the store.
+    # All within seconds, though the group's timeout is two minutes.
+    job = run_job(hosts, "one_way_mismatch", variant, nproc=nproc)
+    world = sum(nproc)
+    check_ran_everywhere(job, world)
     assert job.returncodes == [0, 0], job.report()
+    roots = {result["src"] for result in job.results.values()}
     for rank, result in job.results.items():
         errors = [e for e in (result["error"], result["next_error"]) if e is not None]
         assert errors and all("ranks called different collectives" in e for e in errors), result
         assert result["next_error"] is not None, result
         if variant == "roots":
-            assert "from root 0" in errors[0] and "from root 1" in errors[0], errors
-            assert result["error"] is not None and result["untouched"], result
-        elif rank == 1:
+            # Each root's host is done at once but for its leader, left waiting for the others.
+            assert all(f"from root {root}" in errors[0] for root in roots), (roots, errors)
+            if rank in roots:
+                assert result["error"] is not None, result
+        elif rank >= nproc[0]:  # not on the root's host
             assert result["error"] is not None and result["untouched"], result
         assert result["seconds"] < 10, result
+
+
+@support.requires_dummy
+@pytest.mark.parametrize("nproc", [(2, 2), (3, 1)], ids=["2x2", "3+1"])
+def test_a_broadcast_the_roots_host_disagrees_on_fails_every_rank_and_leaves_the_group_usable(
+    hosts, nproc
+) -> None:
+    # The root's host knows before anything crosses hosts, and says so in its one-way record.
+    job = run_job(hosts, "one_way_mismatch", "root_host", nproc=nproc)
+    world = sum(nproc)
+    check_ran_everywhere(job, world)
+    assert job.returncodes == [0, 0], job.report()
+    for result in job.results.values():
+        assert result["error"] is not None, result
+        assert "called different collectives" in result["error"], result
+        assert result["untouched"], result
+        assert result["next_error"] is None and result["next_sum"] == [world] * 3, result
 
 
 @support.requires_dummy

@@ -153,40 +153,65 @@ std::string groupMismatch(
   return differentCallsMessage(topology, calls);
 }
 
+// Step 1 of either form (the same step, so ranks that called collectives of different forms
+// meet here): every rank's header and payload inside the host, into `records` (kept where it
+// has the size already), and what they say. Alone on its host a rank's record goes nowhere:
+// it is its own view of `payload`.
+struct HostVerdict {
+  std::vector<Record> local; // local rank order
+  bool agrees = true;
+  // Every rank of the host reads the same records, so all name the same last rank (ties: the
+  // lowest local rank), on the host's one steady clock.
+  int32_t lastRank = -1;
+  int64_t inHostWaitNs = 0; // this rank's wait for it
+};
+HostVerdict gatherHostRecords(
+    const Levels& levels,
+    const OpContext& ctx,
+    const Header& mine,
+    ByteView payload,
+    at::Tensor& records) {
+  const int localSize = levels.host.size();
+  HostVerdict host;
+  if (localSize == 1) {
+    host.local = {Record{mine, payload}};
+  } else {
+    const size_t bytes = recordBytes(levels.settings);
+    const auto total = static_cast<int64_t>(bytes) * localSize;
+    if (!records.defined() || records.numel() != total) {
+      records = at::empty({total}, at::kByte);
+    }
+    // The first step: who does not come is named here (OpContext).
+    levels.host.allgather(ctx, records, makeRecord(bytes, mine, payload),
+                          InHostLevel::Step::kFirst)();
+    host.local = readRecords(records, localSize, bytes);
+  }
+  Header last = host.local[0].header;
+  for (const auto& r : host.local) {
+    host.agrees = host.agrees && r.header.op == ctx.op;
+    if (r.header.arrivedNs > last.arrivedNs) {
+      last = r.header;
+    }
+  }
+  host.lastRank = last.writer;
+  host.inHostWaitNs = last.arrivedNs - ctx.arrivedNs;
+  return host;
+}
+
 } // namespace
 
 Agreement::Agreement(
     const Levels& levels, const OpContext& ctx, ByteView payload, const Combine* combine)
     : levels_(levels), ctx_(ctx), combine_(combine) {
-  const Topology& topology = levels.topology;
-  const size_t bytes = recordBytes(levels.settings);
-  const int localSize = levels.host.size();
-
   // 1. Inside the host: every rank's header and payload.
   mine_.op = ctx.op;
-  mine_.writer = topology.rank();
+  mine_.writer = levels.topology.rank();
   mine_.payloadBytes = payload.size;
   mine_.arrivedNs = ctx.arrivedNs;
-  // Alone on its host a rank's record goes nowhere but into its leader's (its own) exchange.
-  at::Tensor record = makeRecord(localSize > 1 ? bytes : kHeaderBytes + payload.size, mine_, payload);
-  hostRecords_ = record;
-  if (localSize > 1) {
-    hostRecords_ = at::empty({static_cast<int64_t>(bytes) * localSize}, at::kByte);
-    // The first step: who does not come is named here (OpContext).
-    levels.host.allgather(ctx, hostRecords_, record, InHostLevel::Step::kFirst)();
-  }
-  // Every rank of the host reads the same records, so all name the same last rank (ties: the
-  // lowest local rank), on the host's one steady clock.
-  const std::vector<Record> local = readRecords(hostRecords_, localSize, bytes);
-  Header hostLast = local[0].header;
-  for (const auto& r : local) {
-    hostAgrees_ = hostAgrees_ && r.header.op == ctx.op;
-    if (r.header.arrivedNs > hostLast.arrivedNs) {
-      hostLast = r.header;
-    }
-  }
-  hostLastRank_ = hostLast.writer;
-  inHostWaitNs_ = hostLast.arrivedNs - ctx.arrivedNs;
+  const HostVerdict gathered = gatherHostRecords(levels, ctx, mine_, payload, hostRecords_);
+  hostAgrees_ = gathered.agrees;
+  hostLastRank_ = gathered.lastRank;
+  inHostWaitNs_ = gathered.inHostWaitNs;
 
   // 2. Across hosts, issued here: the leaders exchange their host's verdict and combined
   // payload. A host whose ranks disagree knows it already: its leader only tells the others.
@@ -195,7 +220,7 @@ Agreement::Agreement(
     host.verdict = hostAgrees_ ? kAgreed : kHostDisagrees;
     Bytes combined;
     if (hostAgrees_ && combine != nullptr) {
-      combined = combine->host(payloadsOf(readRecords(hostRecords_, localSize, bytes)));
+      combined = combine->host(payloadsOf(gathered.local));
     }
     host.payloadBytes = combined.size();
     host.lastRank = hostLastRank_;
@@ -206,7 +231,7 @@ Agreement::Agreement(
     // bytes, not a whole record); every leader receives into whole records.
     const auto sent = static_cast<int64_t>(kHeaderBytes + combined.size());
     at::Tensor out = makeRecord(sent, host, {combined.data(), combined.size()});
-    const auto slot = static_cast<int64_t>(bytes);
+    const auto slot = static_cast<int64_t>(recordBytes(levels.settings));
     leaderRecords_ = at::empty({leaders.recordsBytes(sent, slot)}, at::kByte);
     exchangeIssuedNs_ = arrivalClockNs();
     exchange_ = leaders.exchangeRecords(leaderRecords_, out, slot);
@@ -297,49 +322,189 @@ std::string differentCalls(
   return differentCallsMessage(topology, lines);
 }
 
-c10::intrusive_ptr<c10d::Work> announceToAll(
-    const Levels& levels, const OpContext& ctx, ByteView payload) {
-  Header header;
-  header.op = ctx.op;
-  header.writer = levels.topology.rank();
-  header.payloadBytes = payload.size;
-  header.arrivedNs = ctx.arrivedNs;
-  header.lastRank = levels.topology.rank();
-  header.sentAtUs = wallClockUs();
-  // Only the header and the payload cross hosts; the others receive into whole records.
-  at::Tensor record = makeRecord(kHeaderBytes + payload.size, header, payload);
-  return levels.rail->broadcast(record, levels.topology.host());
+namespace {
+
+// A buffer of the group's, at least `bytes` long, kept between collectives (a fresh one costs
+// page faults on every broadcast). A group runs one collective at a time.
+at::Tensor& keptBuffer(at::Tensor& buffer, size_t bytes) {
+  if (!buffer.defined() || static_cast<size_t>(buffer.numel()) < bytes) {
+    buffer = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
+  }
+  return buffer;
 }
 
-ByteView hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost) {
-  const Topology& topology = levels.topology;
-  InterHostEngine& rail = *levels.rail;
-  const size_t bytes = recordBytes(levels.settings.oneWayBytes);
-  const int64_t sentAtUs = wallClockUs();
-  const int64_t issuedNs = arrivalClockNs();
-  if (!levels.announcements.defined()) {
-    levels.announcements = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
-  }
-  at::Tensor& record = levels.announcements;
-  rail.wait(rail.broadcast(record, rootHost), ctx);
-  Header root;
-  std::memcpy(&root, record.data_ptr(), sizeof(Header));
-  // A record sent long before ours may be the last of a root that gave up.
-  failIfStaleAndPublished(levels, ctx, sentAtUs, root.sentAtUs);
-  if (root.op != ctx.op || root.payloadBytes > bytes - kHeaderBytes) {
-    levels.health.fail(
-        ctx.describe(),
-        differentCalls(topology, {{root.writer, root.op}, {topology.rank(), ctx.op}}));
-  }
-  if (ctx.arrival != nullptr) {
-    // The root came last if it sent its record after this rank posted its receive (wall
-    // clocks: the hosts share no steady clock); then this rank waited for it.
-    const bool rootLast = root.sentAtUs > sentAtUs;
-    *ctx.arrival = {rootLast ? root.writer : topology.rank(),
-                    rootLast ? arrivalClockNs() - issuedNs : 0, ctx.arrivedNs};
-  }
+ByteView payloadOf(const at::Tensor& record) {
+  Header header;
+  std::memcpy(&header, record.data_ptr(), sizeof(Header));
   return {static_cast<const std::byte*>(record.data_ptr()) + kHeaderBytes,
-          static_cast<size_t>(root.payloadBytes)};
+          static_cast<size_t>(header.payloadBytes)};
+}
+
+// What a receiving host's leader makes of the root's record: the mismatch every rank of its
+// host raises (empty where the calls agree), and whether the group fails with it (the root's
+// host, done already, cannot be told otherwise).
+struct Judgement {
+  std::string mismatch;
+  bool groupFails = false;
+};
+Judgement judge(const Levels& levels, const OpContext& ctx, const HostVerdict& host,
+              const Header& root, size_t capacity) {
+  const Topology& topology = levels.topology;
+  if (!host.agrees) {
+    return {hostMismatch(topology, host.local), true};
+  }
+  if (root.verdict == kHostDisagrees) {
+    // Every rank of the root's host raises too: nobody moved data, the group stays usable.
+    Header ours = host.local[0].header;
+    std::vector<Record> hosts{{root, {}}, {ours, {}}};
+    if (ours.writer < root.writer) {
+      std::swap(hosts[0], hosts[1]);
+    }
+    return {groupMismatch(topology, ctx.op, hosts), false};
+  }
+  if (root.op != ctx.op || root.payloadBytes > capacity - kHeaderBytes) {
+    return {differentCalls(topology, {{root.writer, root.op}, {topology.rank(), ctx.op}}), true};
+  }
+  return {};
+}
+
+} // namespace
+
+OneWayAgreement agreeOneWay(
+    const Levels& levels,
+    const OpContext& ctx,
+    ByteView payload,
+    int root,
+    const std::function<ByteView()>& rootsHostData) {
+  const Topology& topology = levels.topology;
+  const int rootHost = topology.hostOf(root);
+  const int localSize = levels.host.size();
+  const size_t bytes = recordBytes(levels.settings);
+
+  // A receiving host's leader posts its receive first: whatever the root's host sends fits it,
+  // and the network's time then overlaps step 1. (Where its host's ranks turn out to disagree
+  // it would hear the root's record anyway, to fail the group: below.)
+  const bool receiving = topology.host() != rootHost && levels.leader();
+  const size_t capacity = recordBytes(levels.settings.oneWayBytes);
+  at::Tensor heard;
+  c10::intrusive_ptr<c10d::Work> heardWork;
+  if (receiving) {
+    heard = keptBuffer(levels.announcements, capacity).narrow(0, 0, capacity);
+    heardWork = levels.rail->broadcast(heard, rootHost);
+  }
+
+  // 1. Inside the host, as in the exchange.
+  Header mine;
+  mine.op = ctx.op;
+  mine.writer = topology.rank();
+  mine.payloadBytes = payload.size;
+  mine.arrivedNs = ctx.arrivedNs;
+  const HostVerdict host = gatherHostRecords(levels, ctx, mine, payload, levels.hostRecords);
+  int32_t lastRank = host.lastRank;
+  int64_t crossHostWaitNs = 0;
+  auto attribute = [&] {
+    if (ctx.arrival != nullptr) {
+      *ctx.arrival = {lastRank, std::max<int64_t>(0, host.inHostWaitNs) + crossHostWaitNs,
+                      ctx.arrivedNs};
+    }
+  };
+  OneWayAgreement agreed;
+
+  // 2. The root's host: its leader announces; nobody there waits for the other hosts.
+  if (topology.host() == rootHost) {
+    ByteView data;
+    if (host.agrees) {
+      data = rootsHostData ? rootsHostData() : host.local[topology.localRankOf(root)].payload;
+    }
+    if (levels.leader()) {
+      Header record = mine;
+      record.verdict = host.agrees ? kAgreed : kHostDisagrees;
+      record.payloadBytes = data.size;
+      record.lastRank = host.lastRank;
+      record.sentAtUs = wallClockUs();
+      // Only the header and the payload cross hosts; the others receive into whole records.
+      at::Tensor out = makeRecord(kHeaderBytes + data.size, record, data);
+      agreed.announced = levels.rail->broadcast(out, rootHost);
+    }
+    if (!host.agrees) {
+      if (agreed.announced) {
+        levels.rail->wait(agreed.announced, ctx);
+      }
+      raiseMismatch(hostMismatch(topology, host.local));
+    }
+    agreed.payload = data;
+    attribute();
+    return agreed;
+  }
+
+  // 2. Every other host: its leader hears the root's record and judges it. A host whose ranks
+  // disagree knows it already, and raises without step 3 (as in the exchange: its leader may be
+  // in either form).
+  if (!receiving) {
+    if (!host.agrees) {
+      raiseMismatch(hostMismatch(topology, host.local));
+    }
+  } else {
+    // From here on this host waits only for the root's.
+    const int64_t readyAtUs = wallClockUs();
+    const int64_t readyNs = arrivalClockNs();
+    levels.rail->wait(heardWork, ctx);
+    Header rootRecord;
+    std::memcpy(&rootRecord, heard.data_ptr(), sizeof(Header));
+    // A record sent long before ours may be the last of a root's host that gave up.
+    failIfStaleAndPublished(levels, ctx, readyAtUs, rootRecord.sentAtUs);
+    // The root's host came last if its record left after this host was ready (wall clocks: the
+    // hosts share no steady clock); then this host waited for it.
+    if (rootRecord.sentAtUs > readyAtUs) {
+      lastRank = rootRecord.lastRank;
+      crossHostWaitNs = arrivalClockNs() - readyNs;
+    }
+    const Judgement judgement = judge(levels, ctx, host, rootRecord, capacity);
+    if (judgement.groupFails) {
+      levels.health.fail(ctx.describe(), judgement.mismatch); // wakes this host's ranks too
+    }
+    if (localSize == 1) {
+      if (!judgement.mismatch.empty()) {
+        raiseMismatch(judgement.mismatch);
+      }
+      agreed.payload = payloadOf(heard);
+      attribute();
+      return agreed;
+    }
+    // 3. Inside the host: the verdict, and the root's payload or the mismatch's message.
+    Header verdict = mine;
+    verdict.verdict = judgement.mismatch.empty() ? kAgreed : kGroupDisagrees;
+    verdict.lastRank = lastRank;
+    verdict.crossHostWaitNs = crossHostWaitNs;
+    // A payload larger than a record stays with the leader (the caller takes it from there).
+    const ByteView rootPayload = payloadOf(heard);
+    const ByteView carried = judgement.mismatch.empty()
+        ? (rootPayload.size <= levels.settings.inlineBytes ? rootPayload : ByteView{})
+        : ByteView{reinterpret_cast<const std::byte*>(judgement.mismatch.data()),
+                   std::min(judgement.mismatch.size(), levels.settings.inlineBytes)};
+    verdict.payloadBytes = carried.size;
+    levels.host.broadcast(ctx, makeRecord(bytes, verdict, carried), 0)();
+    if (!judgement.mismatch.empty()) {
+      raiseMismatch(judgement.mismatch);
+    }
+    agreed.payload = rootPayload;
+    attribute();
+    return agreed;
+  }
+  // 3. A leader's verdict, into the group's kept buffer (the payload is a view of it).
+  at::Tensor told = keptBuffer(levels.announcements, bytes).narrow(0, 0, bytes);
+  levels.host.broadcast(ctx, told, 0)();
+  Header verdict;
+  std::memcpy(&verdict, told.data_ptr(), sizeof(Header));
+  const ByteView carried = payloadOf(told);
+  if (verdict.verdict != kAgreed) {
+    raiseMismatch(std::string(reinterpret_cast<const char*>(carried.data), carried.size));
+  }
+  lastRank = verdict.lastRank;
+  crossHostWaitNs = verdict.crossHostWaitNs;
+  agreed.payload = carried;
+  attribute();
+  return agreed;
 }
 
 Bytes agree(const Levels& levels, const OpContext& ctx, ByteView payload, const Combine* combine) {

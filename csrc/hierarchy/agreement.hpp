@@ -59,23 +59,41 @@ Bytes agree(
     ByteView payload = {},
     const Combine* combine = nullptr);
 
-// The one-way form of the agreement, for a broadcast on a group of one rank per host. The
-// exchange above costs every rank a send and a receive from every other; gloo's own broadcast is
-// one message from the root, and on hosts of one rank nothing else would hide the difference
-// (docs/benchmarks.md, "One-way broadcasts"). So the root's record (its header, and the data
-// where it fits a record) goes one way, through the engine's broadcast, into receives of a whole
-// record (never overrun, whatever the root called), and every other rank checks the root's call
-// against its own. A rank whose call differs fails the group (the root, already done, raises it
-// at its next collective): unlike the exchange, this form leaves nobody a way to agree on what
-// to do next. A rank that called a collective of another engine call meets nobody: its peers
-// wait, and the engine's waits compare the calls in the store (InterHostEngine::wait).
+// The one-way form of the agreement, for broadcasts. The exchange above costs every leader a
+// send and a receive from every other; gloo's own broadcast is one message from the root, and
+// a small broadcast has nothing else to hide the difference behind (docs/benchmarks.md, "One-way
+// broadcasts"). So, after step 1 inside each host, the leader of the root's host announces its
+// host's record (the verdict of step 1, the root's call, and the root's data where it fits a
+// record) one way, through the engine's broadcast, into receives of a whole record (never
+// overrun, whatever the root called); every other leader checks the root's call against its
+// host's, and tells its host (step 3). The root's host has nothing to wait for.
 //
-// announceToAll (the root) issues the root's record and returns the engine's Work;
-// hearAnnouncement (every other rank) waits for it, checks it, and returns its payload (a view
-// of the group's receive buffer, valid until its next collective).
-c10::intrusive_ptr<c10d::Work> announceToAll(
-    const Levels& levels, const OpContext& ctx, ByteView payload);
-ByteView hearAnnouncement(const Levels& levels, const OpContext& ctx, int rootHost);
+// The price: the root's host does not learn what the others found. Where a receiving host's
+// call differs, that host raises at once and fails the group (the root's host, already done,
+// raises it at its next collective): nobody is left a way to agree on what to do next. Where
+// the ranks of the root's host disagree among themselves, it says so in its record and every
+// rank raises, the group staying usable, as after an exchange. A leader that called a
+// collective of another form meets nobody: its peers wait, and the leaders' engine waits
+// compare the calls in the store (InterHostEngine::wait).
+struct OneWayAgreement {
+  // The root's payload: a view of the group's kept buffers (Levels), valid until its next
+  // collective (on the root's host, of what rootsHostData returned, where given). On a
+  // receiving host's other ranks, only a payload that fits settings.inlineBytes (they receive
+  // it in shared memory, in step 3); a larger one stays with the leader.
+  ByteView payload;
+  // The root's host's leader: its record, in flight (wait for it: InterHostEngine::wait).
+  c10::intrusive_ptr<c10d::Work> announced;
+};
+// `payload`: the root's data, where it fits the in-host records (settings.inlineBytes, or
+// settings.oneWayBytes alone on its host); `root`: the group rank of the broadcast's root.
+// `rootsHostData`, where given, runs on every rank of the root's host once its ranks agree
+// (it may run in-host steps) and returns what its leader announces (up to oneWayBytes).
+OneWayAgreement agreeOneWay(
+    const Levels& levels,
+    const OpContext& ctx,
+    ByteView payload,
+    int root,
+    const std::function<ByteView()>& rootsHostData = nullptr);
 
 // What every rank raises when ranks on different hosts called different collectives: each of
 // `calls` is a rank and the collective it called (listed in rank order).

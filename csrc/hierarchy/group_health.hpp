@@ -97,9 +97,9 @@ class GroupHealth {
   // already known: call it when recovering, not on a hot path.
   std::vector<int> lostRanks(int size) const;
 
-  // The collective a rank is waiting in, told to the ranks it may wait for. On a group of one
-  // rank per host a collective does not always begin with the same engine call (a broadcast's
-  // is the root's one-way record: agreement.hpp, announceToAll), so ranks that called different
+  // The collective a rank is waiting in, told to the ranks it may wait for. Between the hosts'
+  // leaders a collective does not always begin with the same engine call (a broadcast's is the
+  // root's host's one-way record: agreement.hpp, agreeOneWay), so leaders that called different
   // collectives may meet nobody and wait; a wait that lasts tells its call (one key per rank,
   // overwritten) and reads its peers' (InterHostEngine::wait). A store that cannot be reached
   // tells nothing.

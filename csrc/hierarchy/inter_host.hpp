@@ -84,7 +84,7 @@ class InterHostEngine {
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const;
 
   // Whether a wait that lasts compares this rank's call with its peers' in the store: where
-  // the group's collectives do not all begin with the same engine call (one rank per host:
+  // the group's collectives do not all begin with the same engine call (the leaders' rail:
   // GroupHealth::tellCall), ranks that called different collectives would otherwise wait for
   // each other until the timeout.
   void compareStuckCalls(bool on) {

@@ -16,8 +16,9 @@ struct HierarchySettings {
   // Large messages cross hosts in pieces of this size, each piece's in-host stage overlapping
   // the previous piece's cross-host stage.
   size_t chunkBytes; // BackendOptions::interHostChunkBytes
-  // One rank per host: broadcasts of up to this many bytes ride in the root's one-way record
-  // (two_level.cpp, broadcastOneWay); every other rank receives into a record this large.
+  // Broadcasts of up to this many bytes ride in the root's one-way record (agreement.hpp,
+  // agreeOneWay); every other leader receives into a record this large. Where hosts run
+  // several ranks, inlineBytes (the record must fit the in-host steps' records).
   size_t oneWayBytes = 0;
 };
 
@@ -33,9 +34,11 @@ struct Levels {
   InterHostEngine& everyone;
   GroupHealth& health;
   HierarchySettings settings;
-  // Where a broadcast's one-way record lands (agreement.cpp, hearAnnouncement): kept, since a
-  // fresh one costs page faults on every broadcast. A group runs one collective at a time.
+  // Where a broadcast's one-way record lands, and the in-host records of its first step
+  // (agreement.cpp, agreeOneWay): kept, since fresh ones cost page faults on every broadcast. A
+  // group runs one collective at a time.
   mutable at::Tensor announcements;
+  mutable at::Tensor hostRecords;
 
   bool leader() const {
     return topology.localRank() == 0;

@@ -556,87 +556,83 @@ void reduce(
 
 // ---- broadcast ---------------------------------------------------------------------------------
 
-namespace {
-
-// One rank per host: the root's record goes one way, as gloo's broadcast does, and every other
-// rank checks it (agreement.hpp, announceToAll). A message that fits a record rides in it;
-// a larger one follows it in a second broadcast, which the root issues at once and the others
-// only once they checked the record (before that, a root that called something larger could
-// overrun their receive: gloo aborts the process then).
-void broadcastOneWay(const Levels& levels, const OpContext& ctx, at::Tensor& data, int rootHost) {
-  const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
-  const bool inlined = bytes <= levels.settings.oneWayBytes;
-  InterHostEngine& rail = *levels.rail;
-  at::Tensor flat = bytesOf(data);
-  debug_log::note(inlined ? "one rank per host: one way, in the root's record"
-                          : "one rank per host: one way, the root's record, then the data");
-  if (levels.topology.host() == rootHost) {
-    auto record = announceToAll(levels, ctx, inlined ? viewOf(data) : ByteView{});
-    c10::intrusive_ptr<c10d::Work> rest;
-    if (!inlined) {
-      rest = rail.broadcast(flat, rootHost);
-    }
-    rail.wait(record, ctx);
-    if (rest) {
-      rail.wait(rest, ctx);
-    }
-    return;
-  }
-  const ByteView heard = hearAnnouncement(levels, ctx, rootHost);
-  if (inlined) {
-    TORCH_CHECK(heard.size == bytes, "dummy_collectives: broadcast got ", heard.size,
-                " bytes for ", bytes);
-    if (bytes > 0) {
-      std::memcpy(data.data_ptr(), heard.data, bytes);
-    }
-    return;
-  }
-  rail.wait(rail.broadcast(flat, rootHost), ctx);
-}
-
-} // namespace
-
 void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
   const Topology& topology = levels.topology;
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
   const int rootHost = topology.hostOf(root);
   const int rootLocal = topology.localRankOf(root);
   const bool isRoot = topology.rank() == root;
-  if (levels.oneRankPerHost()) {
-    broadcastOneWay(levels, ctx, data, rootHost);
-    return;
-  }
-  if (bytes <= levels.settings.inlineBytes) {
-    // The root's data rides with the agreement.
-    debug_log::note("inline with the agreement");
-    const Combine combine{
-        [&](const std::vector<ByteView>& local) {
-          if (topology.host() != rootHost) {
-            return Bytes();
-          }
-          const ByteView from = local[rootLocal];
-          return Bytes(from.data, from.data + from.size);
-        },
-        [&](const std::vector<ByteView>& hosts) {
-          const ByteView from = hosts[rootHost];
-          return Bytes(from.data, from.data + from.size);
-        }};
-    const Bytes result = agree(levels, ctx, isRoot ? viewOf(data) : ByteView{}, &combine);
-    TORCH_CHECK(result.size() == bytes, "dummy_collectives: broadcast got ", result.size(),
-                " bytes for ", bytes);
+  // The root's host's record goes one way, as gloo's broadcast does, and every other host
+  // checks it (agreement.hpp, agreeOneWay). A message that fits a record rides in it; a larger
+  // one follows the check: the root's side issues it at once, every other rank only once its
+  // host checked the record (before that, a root that called something larger could overrun
+  // their receive: gloo aborts the process then).
+  const bool inRecord = bytes <= levels.settings.oneWayBytes;
+  // Where it fits the in-host records too, every rank has it once the agreement is done.
+  const bool inHostRecords =
+      inRecord && (levels.oneRankPerHost() || bytes <= levels.settings.inlineBytes);
+  at::Tensor flat = bytesOf(data);
+  if (inHostRecords) {
+    debug_log::note("one way, in the root's record");
+    const OneWayAgreement agreed =
+        agreeOneWay(levels, ctx, isRoot ? viewOf(data) : ByteView{}, root);
+    if (agreed.announced) {
+      levels.rail->wait(agreed.announced, ctx);
+    }
+    TORCH_CHECK(agreed.payload.size == bytes, "dummy_collectives: broadcast got ",
+                agreed.payload.size, " bytes for ", bytes);
     if (!isRoot && bytes > 0) {
-      std::memcpy(data.data_ptr(), result.data(), bytes);
+      std::memcpy(data.data_ptr(), agreed.payload.data, bytes);
     }
     return;
   }
-  agree(levels, ctx);
-  at::Tensor flat = bytesOf(data);
+  const bool onRootHost = topology.host() == rootHost;
+  if (inRecord) {
+    // Larger than the in-host records: the root's host shares the data in shared memory before
+    // its leader announces it; every other host's leader shares what it heard. One cross-host
+    // message, where the data after the record would be a second.
+    debug_log::note("one way, in the root's host's record, shared inside each host");
+    const OneWayAgreement agreed = agreeOneWay(levels, ctx, {}, root, [&] {
+      if (levels.host.size() > 1) {
+        levels.host.broadcast(ctx, flat, rootLocal)();
+      }
+      return viewOf(data);
+    });
+    if (agreed.announced) {
+      levels.rail->wait(agreed.announced, ctx);
+    }
+    if (!onRootHost) {
+      if (levels.leader()) {
+        TORCH_CHECK(agreed.payload.size == bytes, "dummy_collectives: broadcast got ",
+                    agreed.payload.size, " bytes for ", bytes);
+        std::memcpy(data.data_ptr(), agreed.payload.data, bytes);
+      }
+      if (levels.host.size() > 1) {
+        levels.host.broadcast(ctx, flat, 0)();
+      }
+    }
+    return;
+  }
+  debug_log::note("one way, the root's record, then the data");
+  const OneWayAgreement agreed = agreeOneWay(levels, ctx, {}, root);
+  if (levels.oneRankPerHost()) {
+    // The whole message in one engine operation: no in-host stage to overlap.
+    InterHostEngine& rail = *levels.rail;
+    c10::intrusive_ptr<c10d::Work> rest = rail.broadcast(flat, rootHost);
+    if (agreed.announced) {
+      rail.wait(agreed.announced, ctx);
+    }
+    rail.wait(rest, ctx);
+    return;
+  }
+  if (agreed.announced) {
+    levels.rail->wait(agreed.announced, ctx);
+  }
   // The in-host stages are copies, far cheaper than the cross-host one: chunks as large as
   // inter_host_chunk_bytes (2 hosts x 2 ranks, 1 MiB: 0.71x gloo in 4 chunks of 256 KiB).
   const Chunking plan(flat.numel(), 64, levels.settings, 1, 1, /*wholeChunks=*/true);
   const bool uniform = topology.uniform();
   const int local = topology.localRank();
-  const bool onRootHost = topology.host() == rootHost;
   // Uniform: rail k of the root carries the chunk across hosts, then each host broadcasts it
   // from its rank k. Otherwise: the root's host broadcasts it to its leader, the leaders carry
   // it across, and the other hosts broadcast it from their leader.

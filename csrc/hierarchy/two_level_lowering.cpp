@@ -125,10 +125,10 @@ std::map<at::ScalarType, std::vector<size_t>> byDtype(const std::vector<at::Tens
 // What rides with the agreement between two hosts of one rank each (measured: 64 KiB and
 // 256 KiB allreduces 2.2x and 1.7x gloo's; 1 MiB lost to the engine's own).
 constexpr size_t kTwoHostsInlineBytes = size_t{256} << 10;
-// What rides in a broadcast's one-way record on 2-3 hosts of one rank (two_level.cpp,
-// broadcastOneWay): beyond it the data follows in a second broadcast, a hand-off more (512 KiB
-// broadcast on 2 hosts: 0.75x gloo with 256 KiB records, 0.95x with 1 MiB); each side copies
-// the data once, so records stay small next to the transfer.
+// What rides in a broadcast's one-way record on 2-3 hosts (agreement.hpp, agreeOneWay): beyond
+// it the data follows in a second broadcast, a hand-off more (512 KiB broadcast on 2 hosts of
+// one rank: 0.75x gloo with 256 KiB records, 0.95x with 1 MiB); each side copies the data
+// once, so records stay small next to the transfer.
 constexpr size_t kOneWayBytes = size_t{1} << 20;
 
 } // namespace
@@ -174,8 +174,10 @@ TwoLevelLowering::TwoLevelLowering(
     rail_ = std::make_unique<InterHostEngine>(
         std::move(rail), topology_.rail(topology_.uniform() ? topology_.localRank() : 0),
         topology_, *health_);
-    // Broadcasts begin with the root's one-way record there (two_level.cpp, broadcastOneWay).
-    rail_->compareStuckCalls(topology_.oneRankPerHost());
+    // The leaders' rail: broadcasts begin with the root's host's one-way record there
+    // (agreement.hpp, agreeOneWay), so leaders that called different collectives may meet
+    // nobody there.
+    rail_->compareStuckCalls(topology_.localRank() == 0);
   }
   std::vector<int> all(size);
   for (int r = 0; r < size; ++r) {
@@ -192,14 +194,12 @@ TwoLevelLowering::TwoLevelLowering(
     settings.inlineBytes = std::max(settings.inlineBytes, kTwoHostsInlineBytes);
   }
   settings.chunkBytes = options_->interHostChunkBytes;
-  if (topology_.oneRankPerHost()) {
-    // A broadcast's record goes one way (no copy for every peer, as an exchange sends), so it
-    // carries more than an exchange; but past 3 hosts gloo's broadcast tree forwards every
-    // receiver's whole record, so they stay at the exchange's size.
-    settings.oneWayBytes = topology_.hostCount() <= 3
-        ? std::max(settings.inlineBytes, kOneWayBytes)
-        : settings.inlineBytes;
-  }
+  // A broadcast's record goes one way (no copy for every peer, as an exchange sends), so it
+  // carries more than an exchange; but past 3 hosts gloo's broadcast tree forwards every
+  // receiver's whole record, so they stay at the exchange's size.
+  settings.oneWayBytes = topology_.hostCount() <= 3
+      ? std::max(settings.inlineBytes, kOneWayBytes)
+      : settings.inlineBytes;
   levels_ = std::unique_ptr<Levels>(
       new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
   fault_ = fault_injection::fromEnv(); // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
@@ -248,12 +248,10 @@ void TwoLevelLowering::logCreation(int me) const {
              : c10::str("are pipelined in at least ", two_level::kMinChunks, " chunks of ",
                         bytes(two_level::kMinChunkBytes), " to inter_host_chunk_bytes ",
                         bytes(options_->interHostChunkBytes)));
-  if (levels_->oneRankPerHost()) {
-    DC_LOG(kInfo, me, "cross-host plan: broadcasts send the root's record one way (gloo's "
-           "broadcast, as gloo's own; every receiver checks it), with up to ",
-           bytes(levels_->settings.oneWayBytes), " of data, larger data after the check; a "
-           "mismatch involving one fails the group");
-  }
+  DC_LOG(kInfo, me, "cross-host plan: broadcasts send the root's host's record one way (gloo's "
+         "broadcast, as gloo's own; every other host checks it), with up to ",
+         bytes(levels_->settings.oneWayBytes), " of data, larger data after the check; a "
+         "mismatch that a host other than the root's finds fails the group");
   hostShm_->logCreation(me);
 }
 
