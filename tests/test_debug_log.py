@@ -160,7 +160,7 @@ def test_info_describes_each_group_once_on_every_rank(
                      r"host 1; this rank's rail: ranks 0, 1\)", "engine")  # fmt: skip
         # Two hosts of one rank: the plan raises what rides with the agreement and says why.
         require_line(log, r"cross-host plan: up to 256 KiB \(inter_host_inline_bytes 16 KiB, "
-                     r"raised: two hosts of one rank.*\) ride with the agreement \(one exchange\); "
+                     r"raised: 2 hosts of one rank.*\) ride with the agreement \(one exchange\); "
                      r"larger messages cross hosts whole, in one engine operation",
                      "cross-host plan")  # fmt: skip
         require_line(log, r"cross-host plan: broadcasts send the root's host's record one way "

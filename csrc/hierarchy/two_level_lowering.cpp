@@ -122,9 +122,13 @@ std::map<at::ScalarType, std::vector<size_t>> byDtype(const std::vector<at::Tens
   return groups;
 }
 
-// What rides with the agreement between two hosts of one rank each (measured: 64 KiB and
-// 256 KiB allreduces 2.2x and 1.7x gloo's; 1 MiB lost to the engine's own).
-constexpr size_t kTwoHostsInlineBytes = size_t{256} << 10;
+// What rides with the agreement between 2-3 hosts of one rank each (measured on two hosts:
+// 64 KiB and 256 KiB allreduces 2.2x and 1.7x gloo's, 1 MiB lost to the engine's own; on
+// three, 256 KiB against 16 KiB: allreduce of 64 KiB 0.93-1.02x -> 2.1-2.3x gloo, of 256 KiB
+// 0.80-0.89x -> 1.3x, all-gather 0.70-0.85x -> 1.2-1.5x; 1 MiB records gained nothing more).
+constexpr size_t kFewHostsInlineBytes = size_t{256} << 10;
+// Beyond this many hosts of one rank every leader would send the whole message to many others.
+constexpr int kFewHosts = 3;
 // What rides in a broadcast's one-way record on 2-3 hosts (agreement.hpp, agreeOneWay): beyond
 // it the data follows in a second broadcast, a hand-off more (512 KiB broadcast on 2 hosts of
 // one rank: 0.75x gloo with 256 KiB records, 0.95x with 1 MiB); each side copies the data
@@ -187,17 +191,17 @@ TwoLevelLowering::TwoLevelLowering(
   everyone_ = std::make_unique<InterHostEngine>(std::move(everyone), all, topology_, *health_);
   HierarchySettings settings;
   settings.inlineBytes = options_->interHostInlineBytes;
-  if (topology_.oneRankPerHost() && topology_.hostCount() == 2) {
-    // Two hosts of one rank: no in-host step pays for a record's size, and one exchange of
-    // the whole message beats the engine's two-step ring (docs/benchmarks.md, "One rank per
-    // host"). Beyond two hosts every leader would send the whole message to every other.
-    settings.inlineBytes = std::max(settings.inlineBytes, kTwoHostsInlineBytes);
+  if (topology_.oneRankPerHost() && topology_.hostCount() <= kFewHosts) {
+    // Few hosts of one rank: no in-host step pays for a record's size, and one exchange of the
+    // whole message beats the engine's ring of several steps (docs/benchmarks.md, "One rank
+    // per host").
+    settings.inlineBytes = std::max(settings.inlineBytes, kFewHostsInlineBytes);
   }
   settings.chunkBytes = options_->interHostChunkBytes;
   // A broadcast's record goes one way (no copy for every peer, as an exchange sends), so it
   // carries more than an exchange; but past 3 hosts gloo's broadcast tree forwards every
   // receiver's whole record, so they stay at the exchange's size.
-  settings.oneWayBytes = topology_.hostCount() <= 3
+  settings.oneWayBytes = topology_.hostCount() <= kFewHosts
       ? std::max(settings.inlineBytes, kOneWayBytes)
       : settings.inlineBytes;
   levels_ = std::unique_ptr<Levels>(
@@ -240,7 +244,8 @@ void TwoLevelLowering::logCreation(int me) const {
          inlined == options_->interHostInlineBytes
              ? " (inter_host_inline_bytes)"
              : c10::str(" (inter_host_inline_bytes ", bytes(options_->interHostInlineBytes),
-                        ", raised: two hosts of one rank, no in-host step pays for it)"),
+                        ", raised: ", topology_.hostCount(),
+                        " hosts of one rank, no in-host step pays for it)"),
          " ride with the agreement (one exchange); larger messages ",
          levels_->oneRankPerHost()
              ? std::string("cross hosts whole, in one engine operation (one rank per host: no "
