@@ -348,7 +348,7 @@ struct Judgement {
   bool groupFails = false;
 };
 Judgement judge(const Levels& levels, const OpContext& ctx, const HostVerdict& host,
-              const Header& root, size_t capacity) {
+                const Header& root, size_t capacity) {
   const Topology& topology = levels.topology;
   if (!host.agrees) {
     return {hostMismatch(topology, host.local), true};
