@@ -61,19 +61,25 @@ bool failIfStaleAndPublished(
   return true;
 }
 
-at::Tensor makeRecord(size_t bytes, const Header& header, ByteView payload) {
+// `header` and `payload` at the start of `record` (contiguous bytes).
+void writeRecord(const at::Tensor& record, const Header& header, ByteView payload) {
+  const auto bytes = static_cast<size_t>(record.numel());
   TORCH_CHECK(
       kHeaderBytes + payload.size <= bytes,
       "dummy_collectives: ", payload.size, " bytes do not fit a ", bytes, "-byte record");
   // Only the header's padding is zeroed (a record crosses hosts as bytes): the payload is
   // copied over the rest, and what follows it is never read.
-  at::Tensor record = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
   auto* base = static_cast<std::byte*>(record.data_ptr());
   std::memset(base, 0, kHeaderBytes);
   std::memcpy(base, &header, sizeof(Header));
   if (payload.size > 0) {
     std::memcpy(base + kHeaderBytes, payload.data, payload.size);
   }
+}
+
+at::Tensor makeRecord(size_t bytes, const Header& header, ByteView payload) {
+  at::Tensor record = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
+  writeRecord(record, header, payload);
   return record;
 }
 
@@ -158,6 +164,7 @@ std::string groupMismatch(
 // has the size already), and what they say. Alone on its host a rank's record goes nowhere:
 // it is its own view of `payload`.
 struct HostVerdict {
+  Header mine;               // this rank's header
   std::vector<Record> local; // local rank order
   bool agrees = true;
   // Every rank of the host reads the same records, so all name the same last rank (ties: the
@@ -166,13 +173,14 @@ struct HostVerdict {
   int64_t inHostWaitNs = 0; // this rank's wait for it
 };
 HostVerdict gatherHostRecords(
-    const Levels& levels,
-    const OpContext& ctx,
-    const Header& mine,
-    ByteView payload,
-    at::Tensor& records) {
+    const Levels& levels, const OpContext& ctx, ByteView payload, at::Tensor& records) {
   const int localSize = levels.host.size();
   HostVerdict host;
+  Header& mine = host.mine;
+  mine.op = ctx.op;
+  mine.writer = levels.topology.rank();
+  mine.payloadBytes = payload.size;
+  mine.arrivedNs = ctx.arrivedNs;
   if (localSize == 1) {
     host.local = {Record{mine, payload}};
   } else {
@@ -198,17 +206,52 @@ HostVerdict gatherHostRecords(
   return host;
 }
 
+// Step 3 of either form: the leader tells its host its verdict -- `mismatch`, or agreement and
+// `result` (both cut to inlineBytes) -- in `told` (a record of recordBytes(settings); the
+// leader's is overwritten); every rank raises the mismatch it was told, or returns the record.
+Record tellHost(
+    const Levels& levels,
+    const OpContext& ctx,
+    Header verdict,
+    const std::string& mismatch,
+    ByteView result,
+    const at::Tensor& told) {
+  if (levels.leader()) {
+    verdict.verdict = mismatch.empty() ? kAgreed : kGroupDisagrees;
+    const ByteView carried = mismatch.empty()
+        ? result
+        : ByteView{reinterpret_cast<const std::byte*>(mismatch.data()),
+                   std::min(mismatch.size(), levels.settings.inlineBytes)};
+    verdict.payloadBytes = carried.size;
+    writeRecord(told, verdict, carried);
+  }
+  levels.host.broadcast(ctx, told, 0)();
+  const Record heard = readRecords(told, 1, static_cast<size_t>(told.numel()))[0];
+  if (heard.header.verdict != kAgreed) {
+    raiseMismatch(
+        std::string(reinterpret_cast<const char*>(heard.payload.data), heard.payload.size));
+  }
+  return heard;
+}
+
+// Who made this rank wait, and how long (arrival.hpp): its in-host wait for its host's last
+// rank, plus what its host waited across hosts.
+void noteArrival(
+    const OpContext& ctx, int32_t lastRank, int64_t inHostWaitNs, int64_t crossHostWaitNs) {
+  if (ctx.arrival != nullptr) {
+    *ctx.arrival = {lastRank, std::max<int64_t>(0, inHostWaitNs) + crossHostWaitNs,
+                    ctx.arrivedNs};
+  }
+}
+
 } // namespace
 
 Agreement::Agreement(
     const Levels& levels, const OpContext& ctx, ByteView payload, const Combine* combine)
     : levels_(levels), ctx_(ctx), combine_(combine) {
   // 1. Inside the host: every rank's header and payload.
-  mine_.op = ctx.op;
-  mine_.writer = levels.topology.rank();
-  mine_.payloadBytes = payload.size;
-  mine_.arrivedNs = ctx.arrivedNs;
-  const HostVerdict gathered = gatherHostRecords(levels, ctx, mine_, payload, hostRecords_);
+  const HostVerdict gathered = gatherHostRecords(levels, ctx, payload, hostRecords_);
+  mine_ = gathered.mine;
   hostAgrees_ = gathered.agrees;
   hostLastRank_ = gathered.lastRank;
   inHostWaitNs_ = gathered.inHostWaitNs;
@@ -283,31 +326,18 @@ Bytes Agreement::finish() {
   // 3. Inside the host: the leader's verdict, and the result (or the mismatch's message).
   if (localSize > 1) {
     Header verdict = mine_;
-    verdict.verdict = mismatch.empty() ? kAgreed : kGroupDisagrees;
-    const ByteView carried = mismatch.empty()
-        ? ByteView{result.data(), result.size()}
-        : ByteView{reinterpret_cast<const std::byte*>(mismatch.data()),
-                   std::min(mismatch.size(), levels_.settings.inlineBytes)};
-    verdict.payloadBytes = carried.size;
     verdict.lastRank = lastRank_;
     verdict.crossHostWaitNs = crossHostWaitNs_;
-    at::Tensor told = makeRecord(bytes, verdict, levels_.leader() ? carried : ByteView{});
-    levels_.host.broadcast(ctx_, told, 0)();
-    const Record heard = readRecords(told, 1, bytes)[0];
-    if (heard.header.verdict != kAgreed) {
-      raiseMismatch(std::string(
-          reinterpret_cast<const char*>(heard.payload.data), heard.payload.size));
-    }
+    const Record heard =
+        tellHost(levels_, ctx_, verdict, mismatch, {result.data(), result.size()},
+                 at::empty({static_cast<int64_t>(bytes)}, at::kByte));
     result.assign(heard.payload.data, heard.payload.data + heard.payload.size);
     lastRank_ = heard.header.lastRank;
     crossHostWaitNs_ = heard.header.crossHostWaitNs;
   } else if (!mismatch.empty()) {
     raiseMismatch(mismatch);
   }
-  if (ctx_.arrival != nullptr) {
-    *ctx_.arrival = {lastRank_, std::max<int64_t>(0, inHostWaitNs_) + crossHostWaitNs_,
-                     ctx_.arrivedNs};
-  }
+  noteArrival(ctx_, lastRank_, inHostWaitNs_, crossHostWaitNs_);
   return result;
 }
 
@@ -394,20 +424,9 @@ OneWayAgreement agreeOneWay(
   }
 
   // 1. Inside the host, as in the exchange.
-  Header mine;
-  mine.op = ctx.op;
-  mine.writer = topology.rank();
-  mine.payloadBytes = payload.size;
-  mine.arrivedNs = ctx.arrivedNs;
-  const HostVerdict host = gatherHostRecords(levels, ctx, mine, payload, levels.hostRecords);
+  const HostVerdict host = gatherHostRecords(levels, ctx, payload, levels.hostRecords);
   int32_t lastRank = host.lastRank;
   int64_t crossHostWaitNs = 0;
-  auto attribute = [&] {
-    if (ctx.arrival != nullptr) {
-      *ctx.arrival = {lastRank, std::max<int64_t>(0, host.inHostWaitNs) + crossHostWaitNs,
-                      ctx.arrivedNs};
-    }
-  };
   OneWayAgreement agreed;
 
   // 2. The root's host: its leader announces; nobody there waits for the other hosts.
@@ -417,7 +436,7 @@ OneWayAgreement agreeOneWay(
       data = rootsHostData ? rootsHostData() : host.local[topology.localRankOf(root)].payload;
     }
     if (levels.leader()) {
-      Header record = mine;
+      Header record = host.mine;
       record.verdict = host.agrees ? kAgreed : kHostDisagrees;
       record.payloadBytes = data.size;
       record.lastRank = host.lastRank;
@@ -433,13 +452,15 @@ OneWayAgreement agreeOneWay(
       raiseMismatch(hostMismatch(topology, host.local));
     }
     agreed.payload = data;
-    attribute();
+    noteArrival(ctx, lastRank, host.inHostWaitNs, crossHostWaitNs);
     return agreed;
   }
 
   // 2. Every other host: its leader hears the root's record and judges it. A host whose ranks
   // disagree knows it already, and raises without step 3 (as in the exchange: its leader may be
   // in either form).
+  Judgement judgement;
+  ByteView rootPayload;
   if (!receiving) {
     if (!host.agrees) {
       raiseMismatch(hostMismatch(topology, host.local));
@@ -459,51 +480,36 @@ OneWayAgreement agreeOneWay(
       lastRank = rootRecord.lastRank;
       crossHostWaitNs = arrivalClockNs() - readyNs;
     }
-    const Judgement judgement = judge(levels, ctx, host, rootRecord, capacity);
+    judgement = judge(levels, ctx, host, rootRecord, capacity);
     if (judgement.groupFails) {
       levels.health.fail(ctx.describe(), judgement.mismatch); // wakes this host's ranks too
     }
+    rootPayload = payloadOf(heard);
     if (localSize == 1) {
       if (!judgement.mismatch.empty()) {
         raiseMismatch(judgement.mismatch);
       }
-      agreed.payload = payloadOf(heard);
-      attribute();
+      agreed.payload = rootPayload;
+      noteArrival(ctx, lastRank, host.inHostWaitNs, crossHostWaitNs);
       return agreed;
     }
-    // 3. Inside the host: the verdict, and the root's payload or the mismatch's message.
-    Header verdict = mine;
-    verdict.verdict = judgement.mismatch.empty() ? kAgreed : kGroupDisagrees;
-    verdict.lastRank = lastRank;
-    verdict.crossHostWaitNs = crossHostWaitNs;
-    // A payload larger than a record stays with the leader (the caller takes it from there).
-    const ByteView rootPayload = payloadOf(heard);
-    const ByteView carried = judgement.mismatch.empty()
-        ? (rootPayload.size <= levels.settings.inlineBytes ? rootPayload : ByteView{})
-        : ByteView{reinterpret_cast<const std::byte*>(judgement.mismatch.data()),
-                   std::min(judgement.mismatch.size(), levels.settings.inlineBytes)};
-    verdict.payloadBytes = carried.size;
-    levels.host.broadcast(ctx, makeRecord(bytes, verdict, carried), 0)();
-    if (!judgement.mismatch.empty()) {
-      raiseMismatch(judgement.mismatch);
-    }
-    agreed.payload = rootPayload;
-    attribute();
-    return agreed;
   }
-  // 3. A leader's verdict, into the group's kept buffer (the payload is a view of it).
-  at::Tensor told = keptBuffer(levels.announcements, bytes).narrow(0, 0, bytes);
-  levels.host.broadcast(ctx, told, 0)();
-  Header verdict;
-  std::memcpy(&verdict, told.data_ptr(), sizeof(Header));
-  const ByteView carried = payloadOf(told);
-  if (verdict.verdict != kAgreed) {
-    raiseMismatch(std::string(reinterpret_cast<const char*>(carried.data), carried.size));
-  }
-  lastRank = verdict.lastRank;
-  crossHostWaitNs = verdict.crossHostWaitNs;
-  agreed.payload = carried;
-  attribute();
+
+  // 3. Inside the host: the verdict, and the root's payload or the mismatch's message. A
+  // payload larger than the in-host records stays with the leader (the caller takes it from
+  // there); the others' lands in the group's kept buffer (the leader's holds the root's record).
+  Header verdict = host.mine;
+  verdict.lastRank = lastRank;
+  verdict.crossHostWaitNs = crossHostWaitNs;
+  const at::Tensor told = receiving
+      ? at::empty({static_cast<int64_t>(bytes)}, at::kByte)
+      : keptBuffer(levels.announcements, bytes).narrow(0, 0, static_cast<int64_t>(bytes));
+  const Record heardInHost = tellHost(
+      levels, ctx, verdict, judgement.mismatch,
+      rootPayload.size <= levels.settings.inlineBytes ? rootPayload : ByteView{}, told);
+  agreed.payload = receiving ? rootPayload : heardInHost.payload;
+  noteArrival(ctx, heardInHost.header.lastRank, host.inHostWaitNs,
+              heardInHost.header.crossHostWaitNs);
   return agreed;
 }
 

@@ -16,9 +16,10 @@ struct HierarchySettings {
   // Large messages cross hosts in pieces of this size, each piece's in-host stage overlapping
   // the previous piece's cross-host stage.
   size_t chunkBytes; // BackendOptions::interHostChunkBytes
-  // Broadcasts of up to this many bytes ride in the root's one-way record (agreement.hpp,
-  // agreeOneWay); every other leader receives into a record this large. Where hosts run
-  // several ranks, inlineBytes (the record must fit the in-host steps' records).
+  // Broadcasts of up to this many bytes ride in the root's host's one-way record
+  // (agreement.hpp, agreeOneWay); every other leader receives into a record this large. Beyond
+  // inlineBytes, hosts of several ranks share the data in shared memory, not in the in-host
+  // steps' records (two_level.cpp, broadcast).
   size_t oneWayBytes = 0;
 };
 
@@ -34,9 +35,10 @@ struct Levels {
   InterHostEngine& everyone;
   GroupHealth& health;
   HierarchySettings settings;
-  // Where a broadcast's one-way record lands, and the in-host records of its first step
-  // (agreement.cpp, agreeOneWay): kept, since fresh ones cost page faults on every broadcast. A
-  // group runs one collective at a time.
+  // A broadcast's buffers (agreement.cpp, agreeOneWay), kept since fresh ones cost page faults
+  // on every broadcast (a group runs one collective at a time): where the root's host's record
+  // lands on a leader, or its leader's verdict on the other ranks; and the in-host records of
+  // its first step.
   mutable at::Tensor announcements;
   mutable at::Tensor hostRecords;
 
