@@ -209,13 +209,15 @@ HostVerdict gatherHostRecords(
 // Step 3 of either form: the leader tells its host its verdict -- `mismatch`, or agreement and
 // `result` (both cut to inlineBytes) -- in `told` (a record of recordBytes(settings); the
 // leader's is overwritten); every rank raises the mismatch it was told, or returns the record.
+// The record's payload is a view of `told`: a named tensor the caller keeps while it reads
+// the payload (a non-const reference, so a temporary that dies with the call cannot bind).
 Record tellHost(
     const Levels& levels,
     const OpContext& ctx,
     Header verdict,
     const std::string& mismatch,
     ByteView result,
-    const at::Tensor& told) {
+    at::Tensor& told) {
   if (levels.leader()) {
     verdict.verdict = mismatch.empty() ? kAgreed : kGroupDisagrees;
     const ByteView carried = mismatch.empty()
@@ -328,9 +330,9 @@ Bytes Agreement::finish() {
     Header verdict = mine_;
     verdict.lastRank = lastRank_;
     verdict.crossHostWaitNs = crossHostWaitNs_;
+    at::Tensor told = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
     const Record heard =
-        tellHost(levels_, ctx_, verdict, mismatch, {result.data(), result.size()},
-                 at::empty({static_cast<int64_t>(bytes)}, at::kByte));
+        tellHost(levels_, ctx_, verdict, mismatch, {result.data(), result.size()}, told);
     result.assign(heard.payload.data, heard.payload.data + heard.payload.size);
     lastRank_ = heard.header.lastRank;
     crossHostWaitNs_ = heard.header.crossHostWaitNs;
@@ -501,7 +503,7 @@ OneWayAgreement agreeOneWay(
   Header verdict = host.mine;
   verdict.lastRank = lastRank;
   verdict.crossHostWaitNs = crossHostWaitNs;
-  const at::Tensor told = receiving
+  at::Tensor told = receiving
       ? at::empty({static_cast<int64_t>(bytes)}, at::kByte)
       : keptBuffer(levels.announcements, bytes).narrow(0, 0, static_cast<int64_t>(bytes));
   const Record heardInHost = tellHost(
