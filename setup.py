@@ -7,6 +7,8 @@ records it so ``import dummy_collectives`` refuses another torch with a clear Im
 
 A CUDA torch plus nvcc gives a CUDA build (CUDAExtension, DUMMY_COLLECTIVES_WITH_CUDA defined);
 anything else a CPU-only build. DUMMY_COLLECTIVES_CUDA=0 forces the CPU-only build.
+DUMMY_COLLECTIVES_SANITIZE=address builds with AddressSanitizer, for tools/asan_tests.sh (which
+runs the tests on such a build in a copy of the tree).
 Install with: pip install --no-build-isolation -e .   (or: pip wheel --no-build-isolation .)
 Compiled objects are kept under build/ (one folder per torch), so a rebuild recompiles only what
 changed; `pip install -v ...` shows the compiler's progress.
@@ -114,6 +116,12 @@ def write_build_info() -> None:
         path.write_text(text)
 
 
+# AddressSanitizer (tools/asan_tests.sh): unoptimised enough to keep the stacks, not stripped.
+sanitize = os.environ.get("DUMMY_COLLECTIVES_SANITIZE", "")
+if sanitize not in ("", "address"):
+    raise SystemExit(f"DUMMY_COLLECTIVES_SANITIZE={sanitize!r}: only 'address' is supported")
+sanitizer_flags = ["-fsanitize=address", "-fno-omit-frame-pointer"] if sanitize else []
+
 write_build_info()
 macros = [("DUMMY_COLLECTIVES_WITH_CUDA", "1")] if with_cuda else []
 extension_type = CUDAExtension if with_cuda else CppExtension
@@ -127,11 +135,12 @@ extension = extension_type(
     depends=headers,
     # No symbol table or debug sections: the library is loaded, not linked against, and its
     # exported names (the module's init) survive stripping.
-    extra_link_args=["-s"],
+    extra_link_args=sanitizer_flags or ["-s"],
     extra_compile_args={
         # -g0: Python's own flags ask for debug info (-g), which made the library 47 MB and
         # every compile slower; the library is stripped at link anyway.
-        "cxx": ["-O3", "-g0", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter"],
+        "cxx": (["-O1", "-g", *sanitizer_flags] if sanitize else ["-O3", "-g0"])
+        + ["-fvisibility=hidden", "-Wall", "-Wno-unused-parameter"],
         # c10::complex and c10::Half call constexpr host functions from device code.
         "nvcc": ["-O3", "--expt-relaxed-constexpr"],
     },
@@ -150,6 +159,7 @@ class BuildKeepingObjects(BuildExtension):
     def finalize_options(self) -> None:
         super().finalize_options()
         tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}"
+        tag += f"-{sanitize}" if sanitize else ""
         self.build_temp = str(ROOT / "build" / f"objects-{tag}")
 
 
