@@ -97,6 +97,24 @@ def traced_operations() -> tuple[int, list[tuple[str, int]], str]:
     return os.getpid(), done, group.group_name
 
 
+def chunked_on_two_hosts_of_two(min_chunk: int) -> str:
+    """A group over 2 simulated hosts x 2 ranks (every rank has a rail: pipelines on the rails),
+    its least chunk size `min_chunk` (-1: measured at creation), and a 1 MiB allreduce checked
+    exactly; returns the group's name."""
+    from dummy_collectives import Options
+
+    os.environ["DUMMY_COLLECTIVES_HOST_ID"] = f"simhost{faultjob.rank() // 2}"
+    group = dist.new_group(
+        backend="dummy", pg_options=Options(inter_host_min_chunk_bytes=min_chunk)
+    )
+    t = torch.arange(1 << 18, dtype=torch.float32) + faultjob.rank()
+    dist.all_reduce(t, group=group)
+    want = 4 * torch.arange(1 << 18, dtype=torch.float32) + 6
+    assert torch.equal(t, want), "the pipelined allreduce is wrong"
+    dist.destroy_process_group()
+    return group.group_name
+
+
 def default_level() -> str:
     import dummy_collectives._C as C
 
@@ -216,6 +234,41 @@ def test_trace_writes_a_line_per_operation(log_env: pytest.MonkeyPatch) -> None:
                      rf"in group {group}: one rank per host, whole message; done",
                      "whole message")  # fmt: skip
         assert len(traced) == len(done) + 1 + 2, "\n".join(traced)
+
+
+@pytest.mark.parametrize(
+    ("min_chunk", "chunks"), [(-1, None), (512 << 10, 2), (1 << 20, 1)], ids=["auto", "512K", "1M"]
+)
+def test_the_least_chunk_size_is_measured_or_set_and_the_same_on_every_rank(
+    log_env: pytest.MonkeyPatch, min_chunk: int, chunks: int | None
+) -> None:
+    """inter_host_min_chunk_bytes: auto (-1) measures the link at creation, and every rank must
+    cut alike (else their pipelines' steps would pair wrongly): all name the same size and rate,
+    and a 1 MiB allreduce goes in as many chunks; set, it is the size used."""
+    log_env.setenv("DUMMY_COLLECTIVES_DEBUG", "TRACE")
+    job = faultjob.run_job(4, chunked_on_two_hosts_of_two, min_chunk, timeout_s=120)
+    assert all(r.returned for r in job.ranks), job.report()
+    plans = set()
+    for r in range(4):
+        log = job[r].log
+        plan = require_line(log, r"are pipelined in at least 8 chunks of (\S+ [KM]iB) to "
+                            r"inter_host_chunk_bytes 1 MiB \((.*)\)$", "pipeline plan")  # fmt: skip
+        plans.add(plan)
+        done = require_line(log, rf"DUMMY TRACE allreduce #1 of 262144 Float elements with SUM "
+                            rf"\(1 MiB\) in group {re.escape(job[r].value)}: on the rails, "
+                            r"pipelined, chunks (\d+)", "pipelined allreduce")  # fmt: skip
+        counted = int(re.search(r"chunks (\d+)", done).group(1))
+        if chunks is not None:
+            assert counted == chunks, done
+        else:
+            least = re.search(r"chunks of (\S+ [KM]iB)", plan).group(1)
+            assert (least, counted) in {("256 KiB", 4), ("1 MiB", 1)}, (least, counted)
+    assert len(plans) == 1, f"the ranks cut differently: {plans}"
+    (plan,) = plans
+    if min_chunk == -1:
+        assert re.search(r"the link between hosts measured [\d.]+ Gbit/s at creation", plan), plan
+    else:
+        assert "(inter_host_min_chunk_bytes)" in plan, plan
 
 
 def test_default_level_writes_no_info_or_trace(log_env: pytest.MonkeyPatch) -> None:

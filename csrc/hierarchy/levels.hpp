@@ -16,6 +16,10 @@ struct HierarchySettings {
   // Large messages cross hosts in pieces of this size, each piece's in-host stage overlapping
   // the previous piece's cross-host stage.
   size_t chunkBytes; // BackendOptions::interHostChunkBytes
+  // Chunks are at least this large where the message allows (inter_host_min_chunk_bytes, or
+  // what the link measured at creation says: link_probe.hpp).
+  size_t minChunkBytes = 0;
+  double linkGbitPerSecond = 0; // as measured at creation (0: not measured)
   // Broadcasts of up to this many bytes ride in the root's host's one-way record
   // (agreement.hpp, agreeOneWay); every other leader receives into a record this large. Beyond
   // inlineBytes, hosts of several ranks share the data in shared memory, not in the in-host

@@ -105,7 +105,8 @@ struct Chunking {
     const size_t most = std::max<size_t>(1, settings.chunkBytes / scale);
     // wholeChunks: chunks of the most bytes, however few (a stage cheap beside the link's has
     // nothing to hide, and each chunk costs the engine an operation).
-    const size_t least = wholeChunks ? most : std::min(most, kMinChunkBytes / scale);
+    const size_t least =
+        wholeChunks ? most : std::min(most, std::max<size_t>(1, settings.minChunkBytes / scale));
     const size_t bytes = static_cast<size_t>(numel) * elementSize;
     const size_t wanted = std::clamp(bytes / kMinChunks, least, most);
     const auto elements = static_cast<int64_t>(wanted / std::max<size_t>(1, elementSize));

@@ -21,15 +21,14 @@
 // order, so results are bit-identical on every rank.
 namespace dummy_collectives::hierarchy::two_level {
 
-// Pipelines cut a message into at least kMinChunks chunks of at least kMinChunkBytes, at most
-// inter_host_chunk_bytes each: on a link slower than memory the in-host stages of one chunk then
+// Pipelines cut a message into at least kMinChunks chunks of at least inter_host_min_chunk_bytes
+// (256 KiB on a slow link: link_probe.hpp), at most inter_host_chunk_bytes each: on a link slower than memory the in-host stages of one chunk then
 // hide behind the cross-host stage of another, and only the first chunk's reduce-scatter and the
 // last one's all-gather are exposed; large messages keep large chunks, fewer operations on the
 // engine. Fewer chunks, or a larger least size, left a 1 Gbit/s link idle around the exposed
 // stages; more chunks cost unshaped links a core hand-off per operation (docs/benchmarks.md,
 // "Chunk size and count").
 constexpr int64_t kMinChunks = 8;
-constexpr size_t kMinChunkBytes = size_t{256} << 10;
 
 // In place; every dtype and ReduceOp of the one-host path (AVG divides the total once).
 void allreduce(

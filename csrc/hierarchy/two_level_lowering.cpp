@@ -16,6 +16,7 @@
 #include <dummy_collectives/flight_recorder.hpp>
 #include "hierarchy/agreement.hpp"
 #include "hierarchy/cross_host_p2p.hpp"
+#include "hierarchy/link_probe.hpp"
 #include "hierarchy/in_host.hpp"
 #include "hierarchy/two_level.hpp"
 #include "c10d/this_process.hpp"
@@ -198,6 +199,16 @@ TwoLevelLowering::TwoLevelLowering(
     settings.inlineBytes = std::max(settings.inlineBytes, kFewHostsInlineBytes);
   }
   settings.chunkBytes = options_->interHostChunkBytes;
+  if (options_->interHostMinChunkBytes >= 0) {
+    settings.minChunkBytes = static_cast<size_t>(options_->interHostMinChunkBytes);
+  } else if (!topology_.oneRankPerHost()) {
+    // One rank per host sends whole messages: no pipeline, nothing to measure for.
+    const LinkVerdict link = chooseMinChunkBytes(
+        topology_, topology_.localRank() == 0 ? rail_.get() : nullptr, *store,
+        settings.chunkBytes);
+    settings.minChunkBytes = link.minChunkBytes;
+    settings.linkGbitPerSecond = link.gbitPerSecond;
+  }
   // A broadcast's record goes one way (no copy for every peer, as an exchange sends), so it
   // carries more than an exchange; but past 3 hosts gloo's broadcast tree forwards every
   // receiver's whole record, so they stay at the exchange's size.
@@ -251,8 +262,15 @@ void TwoLevelLowering::logCreation(int me) const {
              ? std::string("cross hosts whole, in one engine operation (one rank per host: no "
                            "in-host stage for a pipeline to overlap)")
              : c10::str("are pipelined in at least ", two_level::kMinChunks, " chunks of ",
-                        bytes(two_level::kMinChunkBytes), " to inter_host_chunk_bytes ",
-                        bytes(options_->interHostChunkBytes)));
+                        bytes(levels_->settings.minChunkBytes), " to inter_host_chunk_bytes ",
+                        bytes(options_->interHostChunkBytes),
+                        options_->interHostMinChunkBytes >= 0
+                            ? std::string(" (inter_host_min_chunk_bytes)")
+                            : c10::str(" (the link between hosts measured ",
+                                       levels_->settings.linkGbitPerSecond, " Gbit/s at "
+                                       "creation: chunks as small as ",
+                                       bytes(kSlowLinkMinChunkBytes), " below ",
+                                       kSlowLinkBitsPerSecond / 1e9, " Gbit/s)")));
   DC_LOG(kInfo, me, "cross-host plan: broadcasts send the root's host's record one way (gloo's "
          "broadcast, as gloo's own; every other host checks it), with up to ",
          bytes(levels_->settings.oneWayBytes), " of data, larger data after the check; a "

@@ -1,0 +1,39 @@
+#pragma once
+
+#include <cstddef>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "hierarchy/inter_host.hpp"
+#include "hierarchy/topology.hpp"
+
+namespace dummy_collectives::hierarchy {
+
+// The least chunk size of the group's pipelines, where inter_host_min_chunk_bytes is auto (-1),
+// from the link between hosts as measured once, at group creation.
+//
+// Pipelining pays where the link is much slower than a host's memory: a 1 Gbit/s link idles
+// around the stages a pipeline of few chunks exposes, so it wants at least 8 chunks of 256 KiB.
+// Where the link is fast (or is the veths of one machine), a chunk's in-host stages hide little
+// and every chunk costs an engine operation, so whole chunks of inter_host_chunk_bytes win
+// (docs/benchmarks.md, "Chunk size and count"). The hosts' leaders time an allreduce among
+// themselves; the leader of the first host publishes the verdict in the store, and every rank
+// of the group reads it, so all cut their messages alike.
+struct LinkVerdict {
+  size_t minChunkBytes = 0;
+  double gbitPerSecond = 0; // as the slowest leader measured it
+};
+LinkVerdict chooseMinChunkBytes(
+    const Topology& topology,
+    const InterHostEngine* leaders, // the leaders' rail, on a host's leader; else null
+    c10d::Store& store,
+    size_t chunkBytes);
+
+// Below this rate (bits per second) a pipeline's chunks are 256 KiB. Measured here: 0.90-0.92
+// Gbit/s through a 1 Gbit/s tbf, 2.4-4.3 Gbit/s on the unshaped veths of this 2-core machine
+// (2 hosts x 2 ranks, 3 + 1); the threshold sits between them, and a 2.5 GbE link or faster
+// counts as fast.
+constexpr double kSlowLinkBitsPerSecond = 1.5e9;
+constexpr size_t kSlowLinkMinChunkBytes = size_t{256} << 10;
+
+} // namespace dummy_collectives::hierarchy
