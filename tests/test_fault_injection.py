@@ -33,9 +33,11 @@ VICTIM = 1
 GROUP_TIMEOUT_S = 30.0
 # Far below the group timeout: the failure is told, not waited out.
 RAISE_WITHIN_S = 5.0
-# A step is an exchange on one host; across hosts it is a wait on a level, and the collectives
-# below take only two of those on every rank (at a later one, ranks of the other host that
-# needed nothing more of the victim may rightly have returned already).
+# A step is an exchange on one host. Across hosts it is an in-host exchange, where the fault
+# fires before the rank joins it (CI once saw the victim's engine finish a broadcast's in-host
+# exchange before a fault counted at its wait fired, so its peers rightly returned), or a
+# cross-host wait. The collectives below take only two of those on every rank (at a later one,
+# ranks of the other host that needed nothing more of the victim may rightly have returned).
 STEPS = {1: (1, 2, 3), 2: (1, 2)}
 # Small slots, so that each collective below takes several steps on one host; peer access off,
 # so that the steps do not depend on the host's cross-memory speed.

@@ -48,6 +48,9 @@ InHostLevel::~InHostLevel() = default;
 
 template <typename Steps>
 Pending InHostLevel::post(const OpContext& ctx, OpDescriptor op, Step step, Steps steps) {
+  // An injected fault fires before this rank joins the exchange, never after: the engine may
+  // finish the exchange before the caller waits, and a fault then fails nobody else.
+  ctx.step();
   op.seq = ++seq_;
   OpContext call;
   call.op = op;
@@ -67,7 +70,6 @@ Pending InHostLevel::post(const OpContext& ctx, OpDescriptor op, Step step, Step
       engine_);
   engine_->enqueue(work);
   return [this, &ctx, work] {
-    ctx.step();
     try {
       work->wait();
     } catch (const std::exception& e) {

@@ -9,8 +9,9 @@
 //   collective  the group's collective number, 1-based, as errors and the flight recorder
 //               number them; 0: the group's creation, before the rank maps its shared memory
 //   step        the collective's k-th step (1-based) on that rank: its k-th exchange with the
-//               other ranks (on one host), or its k-th wait on a level (across hosts); with
-//               collective 0 it is ignored
+//               other ranks (on one host); across hosts, its k-th in-host exchange (the fault
+//               fires before the rank joins it) or wait on the cross-host engine, in the order
+//               the rank reaches them; with collective 0 it is ignored
 //   action      raise: a RuntimeError-like C++ exception (not a DistBackendError), as a failed
 //               allocation throws; die: SIGKILL to the rank itself
 //

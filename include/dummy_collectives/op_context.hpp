@@ -31,11 +31,14 @@ struct OpContext {
   Arrival* arrival = nullptr;
 
   // DUMMY_COLLECTIVES_FAULT_INJECT (tests): the fault this rank injects into this collective,
-  // and at which of its steps (0: none); a step is a wait on a level, counted in `steps`.
+  // and at which of its steps (0: none), counted in `steps`: a step is an in-host exchange,
+  // counted when the rank issues it (so a fault there leaves it out), or a wait on the
+  // cross-host engine.
   const fault_injection::Fault* fault = nullptr;
   int faultStep = 0;
   mutable int steps = 0;
-  // Each wait on a level begins with this.
+  // Each in-host exchange, as it is issued, and each wait on the cross-host engine begin with
+  // this.
   void step() const {
     if (faultStep != 0 && ++steps == faultStep) {
       fault_injection::fire(*fault, "in " + describe() + ", at its step " + std::to_string(steps));
