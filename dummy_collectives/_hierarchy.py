@@ -89,6 +89,14 @@ def create(
         rail = _gloo(rail_store, members.index(rank), len(members), timeout, lazy=False)
     everyone_store = dist.PrefixStore(f"{_PREFIX}everyone/", store)
     everyone = _gloo(everyone_store, rank, size, timeout, lazy=True)
+    # The leaders time the link on connections of their own, closed after (link_probe.hpp):
+    # bulk traffic both ways left the rail's TCP connection slower for small broadcasts after.
+    # Lazy: nothing connects where inter_host_min_chunk_bytes is set and nothing is measured.
+    link_probe = None
+    if topology.local_rank == 0 and any(len(ranks) > 1 for ranks in topology.hosts):
+        leaders = topology.rail(0)
+        probe_store = dist.PrefixStore(f"{_PREFIX}link_probe/", store)
+        link_probe = _gloo(probe_store, leaders.index(rank), len(leaders), timeout, lazy=True)
     return DummyBackend._across_hosts(
         store,
         dist.PrefixStore(f"{_PREFIX}host{host}/", store),
@@ -102,6 +110,7 @@ def create(
         ranks_on_machine=topology.ranks_on_machine,
         rail=rail,
         everyone=everyone,
+        link_probe=link_probe,
         group_name=group_name,
         global_ranks=list(global_ranks or []),
         peer_pids=list(topology.pids),

@@ -444,7 +444,12 @@ OneWayAgreement agreeOneWay(
       record.lastRank = host.lastRank;
       record.sentAtUs = wallClockUs();
       // Only the header and the payload cross hosts; the others receive into whole records.
-      at::Tensor out = makeRecord(kHeaderBytes + data.size, record, data);
+      // Written into the group's kept buffer (the caller waits for `announced` before its
+      // collective returns; on this host nothing else uses it): a fresh 1 MiB record cost
+      // page faults on every broadcast.
+      const auto sent = static_cast<int64_t>(kHeaderBytes + data.size);
+      at::Tensor out = keptBuffer(levels.announcements, sent).narrow(0, 0, sent);
+      writeRecord(out, record, data);
       agreed.announced = levels.rail->broadcast(out, rootHost);
     }
     if (!host.agrees) {

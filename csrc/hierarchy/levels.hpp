@@ -40,9 +40,9 @@ struct Levels {
   GroupHealth& health;
   HierarchySettings settings;
   // A broadcast's buffers (agreement.cpp, agreeOneWay), kept since fresh ones cost page faults
-  // on every broadcast (a group runs one collective at a time): where the root's host's record
-  // lands on a leader, or its leader's verdict on the other ranks; and the in-host records of
-  // its first step.
+  // on every broadcast (a group runs one collective at a time): the record the root's host's
+  // leader sends, where it lands on another host's leader, or that leader's verdict on its
+  // host's other ranks; and the in-host records of its first step.
   mutable at::Tensor announcements;
   mutable at::Tensor hostRecords;
 

@@ -21,16 +21,16 @@ const std::string kVerdictKey = "dummy_collectives/link_probe";
 
 // Bits per second an allreduce among the leaders moved through each leader's link: a ring
 // sends 2 (n - 1) / n of the message from every member.
-double measure(const InterHostEngine& leaders) {
+double measure(c10d::Backend& leaders) {
   at::Tensor data = at::zeros({kProbeBytes / 4}, at::kFloat);
   std::vector<at::Tensor> tensors{data};
   double best = 0;
   for (int round = 0; round <= kProbeRounds; ++round) {
     const auto start = std::chrono::steady_clock::now();
-    leaders->allreduce(tensors)->wait();
+    leaders.allreduce(tensors)->wait();
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     if (round > 0) {
-      const int n = leaders.size();
+      const int n = leaders.getSize();
       const double sent = 2.0 * (n - 1) / n * static_cast<double>(kProbeBytes) * 8;
       best = std::max(best, sent / std::max(took.count(), 1e-9));
     }
@@ -42,7 +42,7 @@ double measure(const InterHostEngine& leaders) {
 
 LinkVerdict chooseMinChunkBytes(
     const Topology& topology,
-    const InterHostEngine* leaders,
+    c10d::Backend* leaders,
     c10d::Store& store,
     size_t chunkBytes) {
   LinkVerdict verdict;
@@ -52,7 +52,7 @@ LinkVerdict chooseMinChunkBytes(
     std::vector<at::Tensor> tensors{rate};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::MIN;
-    (*leaders)->allreduce(tensors, opts)->wait();
+    leaders->allreduce(tensors, opts)->wait();
     verdict.gbitPerSecond = rate.item<double>() / 1e9;
     verdict.minChunkBytes = rate.item<double>() < kSlowLinkBitsPerSecond
         ? std::min(chunkBytes, kSlowLinkMinChunkBytes)

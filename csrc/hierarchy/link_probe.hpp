@@ -2,9 +2,9 @@
 
 #include <cstddef>
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "hierarchy/inter_host.hpp"
 #include "hierarchy/topology.hpp"
 
 namespace dummy_collectives::hierarchy {
@@ -19,13 +19,18 @@ namespace dummy_collectives::hierarchy {
 // (docs/benchmarks.md, "Chunk size and count"). The hosts' leaders time an allreduce among
 // themselves; the leader of the first host publishes the verdict in the store, and every rank
 // of the group reads it, so all cut their messages alike.
+//
+// The leaders measure on a gloo group of their own, dropped after (its connections close), not
+// on the rail: bulk traffic both ways left the rail's TCP connections in a state where every
+// later 64 KiB broadcast took up to twice as long (docs/benchmarks.md, "The link probe's own
+// connections").
 struct LinkVerdict {
   size_t minChunkBytes = 0;
   double gbitPerSecond = 0; // as the slowest leader measured it
 };
 LinkVerdict chooseMinChunkBytes(
     const Topology& topology,
-    const InterHostEngine* leaders, // the leaders' rail, on a host's leader; else null
+    c10d::Backend* leaders, // the leaders' probe group, on a host's leader; else null
     c10d::Store& store,
     size_t chunkBytes);
 

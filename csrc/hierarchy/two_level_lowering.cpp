@@ -145,7 +145,8 @@ TwoLevelLowering::TwoLevelLowering(
     Topology topology,
     int ranksOnMachine,
     c10::intrusive_ptr<c10d::Backend> rail,
-    c10::intrusive_ptr<c10d::Backend> everyone)
+    c10::intrusive_ptr<c10d::Backend> everyone,
+    c10::intrusive_ptr<c10d::Backend> linkProbe)
     : options_(std::move(options)),
       topology_(std::move(topology)),
       waits_(std::make_unique<WaitLedger>(topology_.size())) {
@@ -203,9 +204,11 @@ TwoLevelLowering::TwoLevelLowering(
     settings.minChunkBytes = static_cast<size_t>(options_->interHostMinChunkBytes);
   } else if (!topology_.oneRankPerHost()) {
     // One rank per host sends whole messages: no pipeline, nothing to measure for.
-    const LinkVerdict link = chooseMinChunkBytes(
-        topology_, topology_.localRank() == 0 ? rail_.get() : nullptr, *store,
-        settings.chunkBytes);
+    TORCH_CHECK(
+        (topology_.localRank() == 0) == static_cast<bool>(linkProbe), "dummy_collectives: rank ",
+        rank, topology_.localRank() == 0 ? " needs" : " takes no", " link probe group");
+    const LinkVerdict link =
+        chooseMinChunkBytes(topology_, linkProbe.get(), *store, settings.chunkBytes);
     settings.minChunkBytes = link.minChunkBytes;
     settings.linkGbitPerSecond = link.gbitPerSecond;
   }

@@ -36,7 +36,10 @@ class TwoLevelLowering final : public Lowering {
       Topology topology,
       int ranksOnMachine,
       c10::intrusive_ptr<c10d::Backend> rail,
-      c10::intrusive_ptr<c10d::Backend> everyone);
+      c10::intrusive_ptr<c10d::Backend> everyone,
+      // The leaders' own gloo group for link_probe.hpp (a leader's, where a host runs several
+      // ranks; else null), dropped once it has measured.
+      c10::intrusive_ptr<c10d::Backend> linkProbe);
   ~TwoLevelLowering() override;
 
   const char* name() const override {

@@ -122,6 +122,7 @@ void bindBackends(py::module_& m) {
              int ranksOnMachine,
              std::optional<c10::intrusive_ptr<c10d::Backend>> rail,
              c10::intrusive_ptr<c10d::Backend> everyone,
+             std::optional<c10::intrusive_ptr<c10d::Backend>> linkProbe,
              const std::string& groupName,
              std::vector<int64_t> globalRanks,
              std::vector<int> peerPids) {
@@ -135,13 +136,16 @@ void bindBackends(py::module_& m) {
                     std::move(peerPids)),
                 ranksOnMachine,
                 rail ? *rail : c10::intrusive_ptr<c10d::Backend>(),
-                std::move(everyone));
+                std::move(everyone),
+                linkProbe ? *linkProbe : c10::intrusive_ptr<c10d::Backend>());
             return c10::make_intrusive<DummyBackend>(
                 rank, size, own, std::move(lowering), std::move(globalRanks));
           },
           "The backend of a group whose ranks span hosts (made by _hierarchy.create): shared "
           "memory among this host's ranks through `host_store`, the cross-host engines `rail` "
-          "(None for a non-leader where hosts differ in size) and `everyone` between hosts.",
+          "(None for a non-leader where hosts differ in size) and `everyone` between hosts; "
+          "`link_probe`, on the hosts' leaders where a host runs several ranks, times the link "
+          "at creation and is closed after.",
           py::arg("store"),
           py::arg("host_store"),
           py::arg("rank"),
@@ -154,6 +158,7 @@ void bindBackends(py::module_& m) {
           py::arg("ranks_on_machine"),
           py::arg("rail"),
           py::arg("everyone"),
+          py::arg("link_probe") = py::none(),
           py::arg("group_name") = std::string(),
           py::arg("global_ranks") = std::vector<int64_t>(),
           py::arg("peer_pids") = std::vector<int>(),
