@@ -5,8 +5,8 @@
 # subject does not depend on torch's release (faults, soak, namespaced hosts: with them this
 # stage doubled CI to 54 min on 2 cores); the files that use torch's own APIs (DDP, FSDP2,
 # DTensor, the profiler, registration, 2.15's reconfigure) run whole. DC_TORCH_CHECK_TESTS=all
-# runs every test. Then checks that the system python (the README's torch)
-# refuses the build made for this one with a clear ImportError, not an undefined symbol.
+# runs every test. Then checks that the system python (the README's torch) refuses the build
+# made for this one with a clear ImportError, not an undefined symbol.
 #
 # torch 2.15's wheel on PyPI is a CUDA build (about 5 GB with its CUDA libraries; no GPU needed to
 # run on the CPU): where nvcc is installed, setup.py makes a CUDA build, so this also shows that

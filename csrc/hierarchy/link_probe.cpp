@@ -46,6 +46,7 @@ LinkVerdict chooseMinChunkBytes(
     c10d::Store& store,
     size_t chunkBytes) {
   LinkVerdict verdict;
+  const int publisher = topology.ranksOn(0)[0]; // the first host's leader
   if (leaders != nullptr) {
     // Every leader takes the slowest leader's rate (one more allreduce), so all agree.
     at::Tensor rate = at::full({1}, measure(*leaders), at::kDouble);
@@ -57,13 +58,13 @@ LinkVerdict chooseMinChunkBytes(
     verdict.minChunkBytes = rate.item<double>() < kSlowLinkBitsPerSecond
         ? std::min(chunkBytes, kSlowLinkMinChunkBytes)
         : chunkBytes;
-    if (topology.rank() == topology.ranksOn(0)[0]) {
+    if (topology.rank() == publisher) {
       const std::string text = c10::str(verdict.minChunkBytes, " ", verdict.gbitPerSecond);
       store.set(kVerdictKey, std::vector<uint8_t>(text.begin(), text.end()));
     }
   }
-  if (topology.rank() != topology.ranksOn(0)[0]) {
-    const std::vector<uint8_t> got = store.get(kVerdictKey); // waits for the first host's leader
+  if (topology.rank() != publisher) {
+    const std::vector<uint8_t> got = store.get(kVerdictKey); // waits for the publisher
     const std::string text(got.begin(), got.end());
     const size_t space = text.find(' ');
     verdict.minChunkBytes = std::stoull(text.substr(0, space));

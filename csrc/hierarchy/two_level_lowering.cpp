@@ -16,8 +16,8 @@
 #include <dummy_collectives/flight_recorder.hpp>
 #include "hierarchy/agreement.hpp"
 #include "hierarchy/cross_host_p2p.hpp"
-#include "hierarchy/link_probe.hpp"
 #include "hierarchy/in_host.hpp"
+#include "hierarchy/link_probe.hpp"
 #include "hierarchy/two_level.hpp"
 #include "c10d/this_process.hpp"
 
