@@ -181,6 +181,8 @@ def test_info_describes_each_group_once_on_every_rank(
                      r"raised: 2 hosts of one rank.*\) ride with the agreement \(one exchange\); "
                      r"larger messages cross hosts whole, in one engine operation",
                      "cross-host plan")  # fmt: skip
+        require_line(log, r"cross-host records: the hosts' leaders' own TCP connections",
+                     "leader links")  # fmt: skip
         require_line(log, r"cross-host plan: broadcasts send the root's host's record one way "
                      r".* with up to 1 MiB of data, larger data after the check",
                      "one-way broadcasts")  # fmt: skip

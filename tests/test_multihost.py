@@ -281,9 +281,10 @@ ONE_WAY_MISMATCHES = [
 )
 def test_broadcasts_that_differ_between_hosts_fail_every_rank(hosts, variant, nproc) -> None:
     # A broadcast's root's host sends its record one way: a host whose call differs raises at
-    # the call and the root's host (done already) at its next one; hosts that each think
-    # themselves the root's meet nobody, and their leaders compare their calls in the store.
-    # All within seconds, though the group's timeout is two minutes.
+    # the call and the root's host (done already) at its next one. Hosts that each think
+    # themselves the root's each send and are done (nobody received anything): the leaders find
+    # each other's record at the next collective, where every rank raises. All within seconds,
+    # though the group's timeout is two minutes.
     job = run_job(hosts, "one_way_mismatch", variant, nproc=nproc)
     world = sum(nproc)
     check_ran_everywhere(job, world)
@@ -294,12 +295,29 @@ def test_broadcasts_that_differ_between_hosts_fail_every_rank(hosts, variant, np
         assert errors and all("ranks called different collectives" in e for e in errors), result
         assert result["next_error"] is not None, result
         if variant == "roots":
-            # Each root's host is done at once but for its leader, left waiting for the others.
-            assert all(f"from root {root}" in errors[0] for root in roots), (roots, errors)
-            if rank in roots:
-                assert result["error"] is not None, result
+            # Each rank got what it asked for: its host's first rank's data.
+            assert result["error"] is None and result["untouched"] == (rank in roots), result
+            named = [root for root in roots if f"from root {root}" in result["next_error"]]
+            assert named and "allreduce #2" in result["next_error"], (roots, result)
         elif rank >= nproc[0]:  # not on the root's host
             assert result["error"] is not None and result["untouched"], result
+        assert result["seconds"] < 10, result
+
+
+@support.requires_dummy
+def test_broadcasts_with_different_roots_through_gloo_fail_at_the_call(hosts) -> None:
+    # With the records on gloo (inter_host_links 0), each root's leader waits in gloo's
+    # broadcast for receivers that never come: the leaders compare their calls in the store and
+    # every rank raises at the broadcast, naming both roots.
+    job = run_job(hosts, "one_way_mismatch", "roots", nproc=(1, 1),
+                  env={"DUMMY_COLLECTIVES_INTER_HOST_LINKS": "0"})  # fmt: skip
+    check_ran_everywhere(job, 2)
+    assert job.returncodes == [0, 0], job.report()
+    roots = {result["src"] for result in job.results.values()}
+    for result in job.results.values():
+        assert result["error"] is not None, result
+        assert all(f"from root {root}" in result["error"] for root in roots), (roots, result)
+        assert result["next_error"] is not None, result
         assert result["seconds"] < 10, result
 
 

@@ -299,6 +299,15 @@ Bytes Agreement::finish() {
     for (int m = 0; m < leaders.size(); ++m) {
       offsets.push_back(leaders.recordOffset(m, static_cast<int64_t>(bytes)));
     }
+    const int otherForm = InterHostEngine::otherFormFrom(exchange_);
+    if (otherForm >= 0) {
+      // A broadcast's one-way record met this exchange (leader_links.hpp): its host is done or
+      // waits for nobody, so only failing the group tells everyone.
+      const Header other = readRecords(leaderRecords_, {offsets[otherForm]})[0].header;
+      levels_.health.fail(
+          ctx_.describe(),
+          differentCalls(topology, {{other.writer, other.op}, {topology.rank(), ctx_.op}}));
+    }
     const std::vector<Record> hosts = readRecords(leaderRecords_, offsets);
     // The last host: the one whose leader sent its record last, by the wall clock (hosts share
     // no steady clock; see docs/design.md for what that costs). Its last rank is the group's.
@@ -379,11 +388,15 @@ struct Judgement {
   std::string mismatch;
   bool groupFails = false;
 };
+// `otherForm`: what arrived is an exchange's record (leader_links.hpp), not a one-way one.
 Judgement judge(const Levels& levels, const OpContext& ctx, const HostVerdict& host,
-                const Header& root, size_t capacity) {
+                const Header& root, size_t capacity, bool otherForm) {
   const Topology& topology = levels.topology;
   if (!host.agrees) {
     return {hostMismatch(topology, host.local), true};
+  }
+  if (otherForm) {
+    return {differentCalls(topology, {{root.writer, root.op}, {topology.rank(), ctx.op}}), true};
   }
   if (root.verdict == kHostDisagrees) {
     // Every rank of the root's host raises too: nobody moved data, the group stays usable.
@@ -422,7 +435,7 @@ OneWayAgreement agreeOneWay(
   c10::intrusive_ptr<c10d::Work> heardWork;
   if (receiving) {
     heard = keptBuffer(levels.announcements, capacity).narrow(0, 0, capacity);
-    heardWork = levels.rail->broadcast(heard, rootHost);
+    heardWork = levels.rail->announce(heard, rootHost);
   }
 
   // 1. Inside the host, as in the exchange.
@@ -450,7 +463,7 @@ OneWayAgreement agreeOneWay(
       const auto sent = static_cast<int64_t>(kHeaderBytes + data.size);
       at::Tensor out = keptBuffer(levels.announcements, sent).narrow(0, 0, sent);
       writeRecord(out, record, data);
-      agreed.announced = levels.rail->broadcast(out, rootHost);
+      agreed.announced = levels.rail->announce(out, rootHost);
     }
     if (!host.agrees) {
       if (agreed.announced) {
@@ -487,7 +500,8 @@ OneWayAgreement agreeOneWay(
       lastRank = rootRecord.lastRank;
       crossHostWaitNs = arrivalClockNs() - readyNs;
     }
-    judgement = judge(levels, ctx, host, rootRecord, capacity);
+    judgement = judge(levels, ctx, host, rootRecord, capacity,
+                      InterHostEngine::otherFormFrom(heardWork) >= 0);
     if (judgement.groupFails) {
       levels.health.fail(ctx.describe(), judgement.mismatch); // wakes this host's ranks too
     }

@@ -115,6 +115,21 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::exchangeRecords(
   TORCH_CHECK(
       sent <= slotBytes && out.numel() == recordsBytes(sent, slotBytes),
       "dummy_collectives: a record of ", sent, " bytes for slots of ", slotBytes);
+  if (links_) {
+    // The same bytes to every member (nothing copied), a slot from each.
+    std::vector<LeaderLinks::Send> sends;
+    std::vector<LeaderLinks::Receive> receives;
+    for (int m = 0; m < size(); ++m) {
+      if (m != rank()) {
+        sends.push_back({m, in});
+        receives.push_back({m, out.narrow(0, recordOffset(m, slotBytes), slotBytes)});
+      }
+    }
+    auto work = links_->start(LeaderLinks::Kind::kExchange, std::move(sends),
+                              std::move(receives));
+    out.narrow(0, recordOffset(rank(), slotBytes), sent).copy_(in);
+    return work;
+  }
   // Nothing to or from itself (gloo would copy it): the own record is copied after the slots.
   std::vector<int64_t> outSplits(size(), slotBytes);
   std::vector<int64_t> inSplits(size(), sent);
@@ -135,12 +150,51 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(at::Tensor& data, int 
   return backend_->broadcast(tensors, opts);
 }
 
+c10::intrusive_ptr<c10d::Work> InterHostEngine::announce(at::Tensor& record, int root) const {
+  if (!links_) {
+    return broadcast(record, root);
+  }
+  std::vector<LeaderLinks::Send> sends;
+  std::vector<LeaderLinks::Receive> receives;
+  if (rank() == root) {
+    for (int m = 0; m < size(); ++m) {
+      if (m != root) {
+        sends.push_back({m, record});
+      }
+    }
+  } else {
+    receives.push_back({root, record});
+  }
+  return links_->start(LeaderLinks::Kind::kOneWay, std::move(sends), std::move(receives));
+}
+
+int InterHostEngine::otherFormFrom(const c10::intrusive_ptr<c10d::Work>& work) {
+  const auto* onLinks = dynamic_cast<const LeaderLinks::Operation*>(work.get());
+  return onLinks != nullptr ? onLinks->otherKindFrom() : -1;
+}
+
 void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const {
   ctx.step();
   // Only a collective's first engine call can meet another collective's: later ones follow a
   // check every rank passed.
   const bool firstCall = ctx.op.seq != lastWaitedSeq_;
   lastWaitedSeq_ = ctx.op.seq;
+  if (auto* onLinks = dynamic_cast<LeaderLinks::Operation*>(work.get())) {
+    // This thread moves the bytes itself: it wakes when they arrive, with no hand-off.
+    std::string lost;
+    watch(ctx, firstCall, [&](Clock::time_point until) {
+      try {
+        return onLinks->progressUntil(until);
+      } catch (const LinkLost& e) {
+        lost = e.what();
+        return true;
+      }
+    });
+    if (!lost.empty()) {
+      failEngine(ctx, lost);
+    }
+    return;
+  }
   if (!work->isCompleted()) {
     auto completion = std::make_shared<Completion>();
     work->getFuture()->addCallback([completion](c10::ivalue::Future&) {
@@ -150,87 +204,92 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
       }
       completion->cv.notify_all();
     });
-    const auto start = Clock::now();
-    auto nextCheck = start + kHealthPeriod;
-    auto nextStorePoll = start;
-    auto nextCallComparison = start + kCompareCallsAfter;
-    bool told = false;
-    std::unique_lock<std::mutex> lock(completion->mu);
-    while (!completion->done) {
-      const auto now = Clock::now();
-      if (now >= ctx.deadline) {
-        lock.unlock();
-        // This host's ranks have all come (the collective's in-host stage comes first).
-        std::vector<int> others;
-        for (const int member : members_) {
-          if (topology_.hostOf(member) != topology_.host()) {
-            others.push_back(member);
-          }
-        }
-        // A rank of another host that waits in shared memory for the rank that never came
-        // times out about now too, and names it: prefer its reason to "waited for a host".
-        if (auto reason = health_.awaitPublished(kReasonPatience)) {
-          health_.fail(ctx.describe(), *reason);
-        }
-        // The reason goes to every rank: it names who waited (a rank quoting it would
-        // otherwise seem to have waited for itself), and the time since the collective began,
-        // which the deadline counts from (not since this wait began: that quoted less than the
-        // timeout).
-        const auto began = ctx.deadline - ctx.timeout;
-        health_.fail(
-            ctx.describe(),
-            c10::str(
-                health_.self(), " timed out after ",
-                std::chrono::duration_cast<std::chrono::milliseconds>(now - began).count(),
-                " ms (its timeout is ", ctx.timeout.count(), " ms) waiting for ranks ",
-                c10::Join(", ", others),
-                " to arrive (on other hosts); a rank that never calls it, or calls collectives "
-                "in a different order, causes this"));
-      }
-      if (now >= nextCheck) {
-        lock.unlock();
-        const std::string reason = health_.brokenReason();
-        if (!reason.empty()) {
-          health_.fail(ctx.describe(), reason);
-        }
-        // This host's leader watches the store for the others; if it died, nobody does. A
-        // wait that lasts asks the store itself (a round trip every kStorePollPeriod).
-        if (now - start >= kStorePollAfter && now >= nextStorePoll &&
-            !health_.storeUnreachable()) {
-          if (auto published = health_.published(/*unreachableIsFailure=*/false)) {
-            health_.fail(ctx.describe(), *published);
-          }
-          nextStorePoll = now + kStorePollPeriod;
-        }
-        if (compareStuckCalls_ && firstCall && now >= nextCallComparison) {
-          if (auto mismatch = stuckCallMismatch(ctx, told)) {
-            health_.fail(ctx.describe(), *mismatch);
-          }
-          nextCallComparison = Clock::now() + kCompareCallsPeriod;
-        }
-        nextCheck = Clock::now() + kHealthPeriod;
-        lock.lock();
-        continue;
-      }
-      completion->cv.wait_until(lock, std::min(nextCheck, ctx.deadline));
-    }
+    watch(ctx, firstCall, [&](Clock::time_point until) {
+      std::unique_lock<std::mutex> lock(completion->mu);
+      return completion->cv.wait_until(lock, until, [&] { return completion->done; });
+    });
   }
   try {
     work->wait();
   } catch (const std::exception& e) {
-    // A peer's connection closed or the engine gave up. If the rank that failed is dead, its
-    // host peers see that within their liveness period and publish it, naming it: prefer that.
-    // A rank alone on its host has nobody to tell (a rank that failed on its own published
-    // before it left): then only what is published already counts.
-    const std::string error = errorText(e);
-    int host = -1;
-    const std::vector<int> suspects = suspectsOf(error, host);
-    const bool aloneOnItsHost = suspects.size() == 1 &&
-        topology_.ranksOn(topology_.hostOf(suspects[0])).size() == 1;
-    auto reason = aloneOnItsHost ? health_.published(/*unreachableIsFailure=*/false)
-                                 : health_.awaitPublished(kReasonPatience);
-    health_.fail(ctx.describe(), reason ? *reason : describeFailure(error));
+    failEngine(ctx, errorText(e));
   }
+}
+
+template <typename BlockUntil>
+void InterHostEngine::watch(const OpContext& ctx, bool firstCall, BlockUntil&& blockUntil) const {
+  const auto start = Clock::now();
+  auto nextCheck = start + kHealthPeriod;
+  auto nextStorePoll = start;
+  auto nextCallComparison = start + kCompareCallsAfter;
+  bool told = false;
+  while (!blockUntil(std::min(nextCheck, ctx.deadline))) {
+    const auto now = Clock::now();
+    if (now >= ctx.deadline) {
+      // This host's ranks have all come (the collective's in-host stage comes first).
+      std::vector<int> others;
+      for (const int member : members_) {
+        if (topology_.hostOf(member) != topology_.host()) {
+          others.push_back(member);
+        }
+      }
+      // A rank of another host that waits in shared memory for the rank that never came
+      // times out about now too, and names it: prefer its reason to "waited for a host".
+      if (auto reason = health_.awaitPublished(kReasonPatience)) {
+        health_.fail(ctx.describe(), *reason);
+      }
+      // The reason goes to every rank: it names who waited (a rank quoting it would
+      // otherwise seem to have waited for itself), and the time since the collective began,
+      // which the deadline counts from (not since this wait began: that quoted less than the
+      // timeout).
+      const auto began = ctx.deadline - ctx.timeout;
+      health_.fail(
+          ctx.describe(),
+          c10::str(
+              health_.self(), " timed out after ",
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - began).count(),
+              " ms (its timeout is ", ctx.timeout.count(), " ms) waiting for ranks ",
+              c10::Join(", ", others),
+              " to arrive (on other hosts); a rank that never calls it, or calls collectives "
+              "in a different order, causes this"));
+    }
+    if (now >= nextCheck) {
+      const std::string reason = health_.brokenReason();
+      if (!reason.empty()) {
+        health_.fail(ctx.describe(), reason);
+      }
+      // This host's leader watches the store for the others; if it died, nobody does. A
+      // wait that lasts asks the store itself (a round trip every kStorePollPeriod).
+      if (now - start >= kStorePollAfter && now >= nextStorePoll &&
+          !health_.storeUnreachable()) {
+        if (auto published = health_.published(/*unreachableIsFailure=*/false)) {
+          health_.fail(ctx.describe(), *published);
+        }
+        nextStorePoll = now + kStorePollPeriod;
+      }
+      if (compareStuckCalls_ && firstCall && now >= nextCallComparison) {
+        if (auto mismatch = stuckCallMismatch(ctx, told)) {
+          health_.fail(ctx.describe(), *mismatch);
+        }
+        nextCallComparison = Clock::now() + kCompareCallsPeriod;
+      }
+      nextCheck = Clock::now() + kHealthPeriod;
+    }
+  }
+}
+
+void InterHostEngine::failEngine(const OpContext& ctx, const std::string& error) const {
+  // A peer's connection closed or the engine gave up. If the rank that failed is dead, its
+  // host peers see that within their liveness period and publish it, naming it: prefer that.
+  // A rank alone on its host has nobody to tell (a rank that failed on its own published
+  // before it left): then only what is published already counts.
+  int host = -1;
+  const std::vector<int> suspects = suspectsOf(error, host);
+  const bool aloneOnItsHost = suspects.size() == 1 &&
+      topology_.ranksOn(topology_.hostOf(suspects[0])).size() == 1;
+  auto reason = aloneOnItsHost ? health_.published(/*unreachableIsFailure=*/false)
+                               : health_.awaitPublished(kReasonPatience);
+  health_.fail(ctx.describe(), reason ? *reason : describeFailure(error));
 }
 
 std::optional<std::string> InterHostEngine::stuckCallMismatch(

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "hierarchy/group_health.hpp"
+#include "hierarchy/leader_links.hpp"
 #include <dummy_collectives/op_context.hpp>
 #include "hierarchy/topology.hpp"
 
@@ -59,6 +60,10 @@ class InterHostEngine {
       std::vector<int64_t> outSplits,
       std::vector<int64_t> inSplits) const;
   c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& data, int root) const;
+  // A broadcast's one-way record (agreement.hpp, agreeOneWay): member `root` sends `record`,
+  // every other member receives into its `record` (a whole record's capacity: a shorter message
+  // fills part of it).
+  c10::intrusive_ptr<c10d::Work> announce(at::Tensor& record, int root) const;
   // Every member sends `in` (at most `slotBytes`) to every other member, each receiving into a
   // slot of `slotBytes` per member; its own record is copied after the others' slots
   // (recordOffset() says where each lands). Only what `in` holds crosses the network, yet a
@@ -77,6 +82,19 @@ class InterHostEngine {
     }
     return (member < rank() ? member : member - 1) * slotBytes;
   }
+
+  // Records travel on the leaders' own links (leader_links.hpp) from now on: an engine over the
+  // hosts' leaders, every member at once.
+  void useLinks(std::unique_ptr<LeaderLinks> links) {
+    links_ = std::move(links);
+  }
+  bool hasLinks() const {
+    return static_cast<bool>(links_);
+  }
+  // The member whose frame into `work` (exchangeRecords, announce) was of the other form -- an
+  // exchange met a broadcast's one-way record, or the reverse: its slot holds the start of that
+  // record -- or -1. Only the leaders' links can tell; gloo's operations never meet then.
+  static int otherFormFrom(const c10::intrusive_ptr<c10d::Work>& work);
 
   // Waits for `work` of this engine. Raises (failing the group) if it failed -- naming the
   // dead rank where the group learns it -- if the group failed elsewhere meanwhile, or past the
@@ -100,11 +118,18 @@ class InterHostEngine {
   std::optional<std::string> stuckCallMismatch(const OpContext& ctx, bool& told) const;
   // Why the engine failed, for the message: the peer it names, if any.
   std::string describeFailure(const std::string& engineError) const;
+  // Calls `blockUntil(t)` (true once the work is done, false at t) until the work is done,
+  // checking in between the group's health, the deadline and (compareStuckCalls) the calls.
+  template <typename BlockUntil>
+  void watch(const OpContext& ctx, bool firstCall, BlockUntil&& blockUntil) const;
+  // The engine failed with `engineError`: fails the group, naming the cause.
+  [[noreturn]] void failEngine(const OpContext& ctx, const std::string& engineError) const;
 
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::vector<int> members_;
   const Topology& topology_;
   GroupHealth& health_;
+  std::unique_ptr<LeaderLinks> links_; // null: records go through the engine
   bool compareStuckCalls_ = false;
   // The collective (its sequence number) this engine last waited for: its first wait for a
   // collective is the one that may meet another collective's call. A group runs one at a time.

@@ -184,6 +184,14 @@ TwoLevelLowering::TwoLevelLowering(
     // (agreement.hpp, agreeOneWay), so leaders that called different collectives may meet
     // nobody there.
     rail_->compareStuckCalls(topology_.localRank() == 0);
+    if (topology_.localRank() == 0 && linksBetweenHosts()) {
+      std::vector<std::string> addresses;
+      for (int h = 0; h < topology_.hostCount(); ++h) {
+        addresses.push_back(topology_.address(h));
+      }
+      rail_->useLinks(std::make_unique<LeaderLinks>(
+          store, topology_.rail(0), topology_.host(), addresses, options_->timeout));
+    }
   }
   std::vector<int> all(size);
   for (int r = 0; r < size; ++r) {
@@ -274,11 +282,26 @@ void TwoLevelLowering::logCreation(int me) const {
                                        "creation: chunks as small as ",
                                        bytes(kSlowLinkMinChunkBytes), " below ",
                                        kSlowLinkBitsPerSecond / 1e9, " Gbit/s)")));
-  DC_LOG(kInfo, me, "cross-host plan: broadcasts send the root's host's record one way (gloo's "
-         "broadcast, as gloo's own; every other host checks it), with up to ",
+  DC_LOG(kInfo, me, "cross-host records: ",
+         linksBetweenHosts()
+             ? "the hosts' leaders' own TCP connections, read by the waiting thread (inter_host_links)"
+             : options_->interHostLinks
+             ? "gloo (inter_host_links is on, but some host's engine address is not IPv4)"
+             : "gloo (inter_host_links 0)");
+  DC_LOG(kInfo, me, "cross-host plan: broadcasts send the root's host's record one way (as "
+         "gloo's own broadcast; every other host checks it), with up to ",
          bytes(levels_->settings.oneWayBytes), " of data, larger data after the check; a "
          "mismatch that a host other than the root's finds fails the group");
   hostShm_->logCreation(me);
+}
+
+bool TwoLevelLowering::linksBetweenHosts() const {
+  std::vector<std::string> addresses;
+  for (int h = 0; h < topology_.hostCount(); ++h) {
+    addresses.push_back(topology_.address(h));
+  }
+  // Every rank decides alike: the option is the group's, the addresses every rank's.
+  return options_->interHostLinks && LeaderLinks::usable(addresses);
 }
 
 std::string TwoLevelLowering::rankPlacement() const {

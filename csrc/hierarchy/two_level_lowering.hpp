@@ -76,6 +76,9 @@ class TwoLevelLowering final : public Lowering {
   bool sameHost(int peer) const {
     return topology_.hostOf(peer) == topology_.host();
   }
+  // Whether the hosts' leaders carry the agreement's records on links of their own
+  // (leader_links.hpp): inter_host_links, where every host's engine address is IPv4.
+  bool linksBetweenHosts() const;
   // The group ranks this rank can see to have died: its host's (shared memory), and those of
   // other hosts whose pid it can check (hosts on this machine).
   std::vector<int> seenDead() const;

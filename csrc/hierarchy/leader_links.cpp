@@ -1,0 +1,401 @@
+#include "hierarchy/leader_links.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
+
+namespace dummy_collectives::hierarchy {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A connecting member's first bytes: who it is, so the accepting side files the connection
+// under the right member whatever order connections arrive in.
+constexpr uint32_t kHello = 0x44434c31; // "DCL1"
+// A frame's header: its kind and its payload's length.
+struct FrameHeader {
+  uint32_t kind;
+  uint32_t bytes;
+};
+// A frame's bytes beyond its receive's slot are read into this and dropped.
+constexpr size_t kDropBytes = 64 << 10;
+
+std::string keyOf(int member) {
+  return c10::str("dummy_collectives/leader_links/", member);
+}
+
+std::string systemError(const char* call) {
+  return c10::str(call, ": ", std::strerror(errno));
+}
+
+[[noreturn]] void creationFails(const std::string& what) {
+  C10_THROW_ERROR(DistBackendError, c10::str("dummy_collectives: connecting the hosts' leaders: ",
+                                             what));
+}
+
+int pollMs(Clock::time_point until) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+  return static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
+}
+
+// Reads or writes exactly `bytes` on a blocking-by-poll socket before `until` (creation only).
+void exactly(int fd, void* data, size_t bytes, bool reading, Clock::time_point until,
+             const std::string& peer) {
+  auto* at = static_cast<char*>(data);
+  while (bytes > 0) {
+    pollfd p{fd, static_cast<short>(reading ? POLLIN : POLLOUT), 0};
+    if (::poll(&p, 1, pollMs(until)) == 0 && Clock::now() >= until) {
+      creationFails(c10::str("timed out ", reading ? "reading from " : "writing to ", peer));
+    }
+    const ssize_t n = reading ? ::recv(fd, at, bytes, MSG_DONTWAIT)
+                              : ::send(fd, at, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n == 0 && reading) {
+      creationFails(c10::str(peer, " closed the connection"));
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        continue;
+      }
+      creationFails(c10::str(peer, ": ", systemError(reading ? "recv" : "send")));
+    }
+    at += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+sockaddr_in ipv4(const std::string& address, uint16_t port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  if (::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) {
+    creationFails(c10::str("'", address, "' is not an IPv4 address"));
+  }
+  return addr;
+}
+
+void tune(int fd) {
+  const int one = 1;
+  // Records are small and every one is waited for: Nagle's delay would be pure latency.
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+} // namespace
+
+struct LeaderLinks::Peer {
+  int fd = -1;
+  std::string where; // "[10.0.0.2]:4567", as gloo names a peer
+  ~Peer() {
+    if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+  [[noreturn]] void lost(const char* call) const {
+    if (errno == 0 || errno == ECONNRESET || errno == EPIPE) {
+      throw LinkLost(c10::str("Connection closed by peer ", where));
+    }
+    throw LinkLost(c10::str("Connection to peer ", where, " failed: ", systemError(call)));
+  }
+};
+
+LeaderLinks::LeaderLinks(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    std::vector<int> members,
+    int me,
+    const std::vector<std::string>& addresses,
+    std::chrono::milliseconds timeout)
+    : me_(me) {
+  const int n = static_cast<int>(members.size());
+  TORCH_CHECK(n == static_cast<int>(addresses.size()) && me >= 0 && me < n,
+              "dummy_collectives: leader links of ", n, " members, ", addresses.size(),
+              " addresses");
+  peers_.resize(n);
+  const auto until = Clock::now() + timeout;
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener < 0) {
+    creationFails(systemError("socket"));
+  }
+  Peer listening{listener, ""};
+  sockaddr_in addr = ipv4(addresses[me], 0);
+  socklen_t length = sizeof(addr);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listener, n) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+    creationFails(c10::str(addresses[me], ": ", systemError("bind/listen")));
+  }
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  store->set(keyOf(members[me]), std::vector<uint8_t>(port.begin(), port.end()));
+
+  // Each member connects to those before it and accepts those after it.
+  for (int j = 0; j < me; ++j) {
+    const std::vector<uint8_t> got = store->get(keyOf(members[j])); // waits for it to listen
+    const auto peerPort = static_cast<uint16_t>(std::stoi(std::string(got.begin(), got.end())));
+    auto peer = std::make_unique<Peer>();
+    peer->where = c10::str("[", addresses[j], "]:", peerPort);
+    peer->fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const sockaddr_in to = ipv4(addresses[j], peerPort);
+    if (peer->fd < 0 ||
+        ::connect(peer->fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) != 0) {
+      creationFails(c10::str(peer->where, ": ", systemError("connect")));
+    }
+    tune(peer->fd);
+    const std::array<uint32_t, 2> hello{kHello, static_cast<uint32_t>(me)};
+    exactly(peer->fd, const_cast<uint32_t*>(hello.data()), sizeof(hello), false, until,
+            peer->where);
+    peers_[j] = std::move(peer);
+  }
+  for (int accepted = 0; accepted < n - 1 - me; ++accepted) {
+    pollfd p{listener, POLLIN, 0};
+    if (::poll(&p, 1, pollMs(until)) <= 0) {
+      creationFails(c10::str("timed out after ", timeout.count(), " ms waiting for ",
+                             n - 1 - me - accepted, " leaders of later hosts to connect"));
+    }
+    sockaddr_in from{};
+    socklen_t fromLength = sizeof(from);
+    auto peer = std::make_unique<Peer>();
+    peer->fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &fromLength, SOCK_CLOEXEC);
+    if (peer->fd < 0) {
+      creationFails(systemError("accept"));
+    }
+    tune(peer->fd);
+    std::array<char, INET_ADDRSTRLEN> text{};
+    ::inet_ntop(AF_INET, &from.sin_addr, text.data(), text.size());
+    peer->where = c10::str("[", text.data(), "]:", ntohs(from.sin_port));
+    std::array<uint32_t, 2> hello{};
+    exactly(peer->fd, hello.data(), sizeof(hello), true, until, peer->where);
+    const auto j = static_cast<int>(hello[1]);
+    if (hello[0] != kHello || j <= me || j >= n || peers_[j]) {
+      creationFails(c10::str(peer->where, " is not a leader of this group (", hello[0], ", ",
+                             j, ")"));
+    }
+    peer->where = c10::str("[", addresses[j], "]:", ntohs(from.sin_port));
+    peers_[j] = std::move(peer);
+  }
+}
+
+LeaderLinks::~LeaderLinks() = default;
+
+bool LeaderLinks::usable(const std::vector<std::string>& addresses) {
+  for (const auto& address : addresses) {
+    in_addr parsed{};
+    if (::inet_pton(AF_INET, address.c_str(), &parsed) != 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void LeaderLinks::breakLinks(const std::string& why) {
+  if (broken_.empty()) {
+    broken_ = why;
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> LeaderLinks::start(
+    Kind kind, std::vector<Send> sends, std::vector<Receive> receives) {
+  if (!broken_.empty()) {
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str("dummy_collectives: the hosts' leaders' links failed earlier (",
+                             broken_, "); the group cannot be used"));
+  }
+  TORCH_CHECK(!busy_, "dummy_collectives: two operations on the leaders' links at once");
+  return c10::make_intrusive<Operation>(*this, kind, std::move(sends), std::move(receives));
+}
+
+struct LeaderLinks::Operation::Outgoing {
+  Peer* peer;
+  FrameHeader header;
+  at::Tensor bytes;
+  size_t sent = 0; // of sizeof(header) + bytes
+};
+
+struct LeaderLinks::Operation::Incoming {
+  Peer* peer;
+  int member;
+  at::Tensor slot;
+  FrameHeader header{};
+  size_t got = 0; // of sizeof(header) + header.bytes
+};
+
+LeaderLinks::Operation::Operation(
+    LeaderLinks& links, Kind kind, std::vector<Send> sends, std::vector<Receive> receives)
+    : c10d::Work(-1, c10d::OpType::UNKNOWN), links_(links), kind_(kind) {
+  links_.busy_ = true;
+  for (auto& s : sends) {
+    TORCH_CHECK(s.member != links_.me_ && s.bytes.is_contiguous(),
+                "dummy_collectives: a leader link send to ", s.member);
+    const auto bytes = static_cast<uint32_t>(s.bytes.numel());
+    out_.push_back(Outgoing{links_.peers_[s.member].get(),
+                            {static_cast<uint32_t>(kind), bytes}, std::move(s.bytes)});
+  }
+  for (auto& r : receives) {
+    TORCH_CHECK(r.member != links_.me_ && r.slot.is_contiguous(),
+                "dummy_collectives: a leader link receive from ", r.member);
+    in_.push_back(Incoming{links_.peers_[r.member].get(), r.member, std::move(r.slot)});
+  }
+  // Whatever the kernel takes now leaves now: a record's frame, usually whole.
+  try {
+    if (moveBytes()) {
+      finish();
+    }
+  } catch (const LinkLost&) {
+    // Told at the wait, where the group's failure model handles it.
+  }
+}
+
+LeaderLinks::Operation::~Operation() {
+  if (!done_) {
+    links_.breakLinks("an operation ended before all its bytes moved");
+    links_.busy_ = false;
+  }
+}
+
+void LeaderLinks::Operation::finish() {
+  done_ = true;
+  links_.busy_ = false;
+}
+
+bool LeaderLinks::Operation::moveBytes() {
+  bool done = true;
+  for (auto& o : out_) {
+    const size_t total = sizeof(FrameHeader) + o.header.bytes;
+    while (o.sent < total) {
+      std::array<iovec, 2> parts{};
+      int count = 0;
+      if (o.sent < sizeof(FrameHeader)) {
+        parts[count++] = {reinterpret_cast<char*>(&o.header) + o.sent,
+                          sizeof(FrameHeader) - o.sent};
+      }
+      const size_t dataSent = o.sent > sizeof(FrameHeader) ? o.sent - sizeof(FrameHeader) : 0;
+      if (dataSent < o.header.bytes) {
+        parts[count++] = {static_cast<char*>(o.bytes.data_ptr()) + dataSent,
+                          o.header.bytes - dataSent};
+      }
+      msghdr message{};
+      message.msg_iov = parts.data();
+      message.msg_iovlen = count;
+      const ssize_t n = ::sendmsg(o.peer->fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          break;
+        }
+        o.peer->lost("send");
+      }
+      o.sent += static_cast<size_t>(n);
+    }
+    done = done && o.sent == total;
+  }
+  static thread_local std::array<char, kDropBytes> dropped;
+  for (auto& in : in_) {
+    while (in.got < sizeof(FrameHeader) ||
+           in.got < sizeof(FrameHeader) + in.header.bytes) {
+      char* into = nullptr;
+      size_t want = 0;
+      if (in.got < sizeof(FrameHeader)) {
+        into = reinterpret_cast<char*>(&in.header) + in.got;
+        want = sizeof(FrameHeader) - in.got;
+      } else {
+        const size_t at = in.got - sizeof(FrameHeader);
+        const auto room = static_cast<size_t>(in.slot.numel());
+        if (at < room) {
+          into = static_cast<char*>(in.slot.data_ptr()) + at;
+          want = std::min<size_t>(room, in.header.bytes) - at;
+        } else {
+          into = dropped.data();
+          want = std::min(kDropBytes, in.header.bytes - at);
+        }
+      }
+      errno = 0;
+      const ssize_t n = ::recv(in.peer->fd, into, want, MSG_DONTWAIT);
+      if (n == 0) {
+        in.peer->lost("recv");
+      }
+      if (n < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          break;
+        }
+        in.peer->lost("recv");
+      }
+      in.got += static_cast<size_t>(n);
+    }
+    const bool whole = in.got >= sizeof(FrameHeader) &&
+        in.got == sizeof(FrameHeader) + in.header.bytes;
+    if (whole && in.header.kind != static_cast<uint32_t>(kind_)) {
+      // The peer is in another collective: the streams no longer pair. End here; the caller
+      // fails the group.
+      otherKindFrom_ = in.member;
+      links_.breakLinks("a frame of another collective's kind arrived");
+      return true;
+    }
+    done = done && whole;
+  }
+  return done;
+}
+
+bool LeaderLinks::Operation::progressUntil(Clock::time_point until) {
+  while (!done_) {
+    if (moveBytes()) {
+      finish();
+      break;
+    }
+    std::vector<pollfd> fds;
+    for (const auto& o : out_) {
+      if (o.sent < sizeof(FrameHeader) + o.header.bytes) {
+        fds.push_back({o.peer->fd, POLLOUT, 0});
+      }
+    }
+    for (const auto& in : in_) {
+      if (in.got < sizeof(FrameHeader) || in.got < sizeof(FrameHeader) + in.header.bytes) {
+        fds.push_back({in.peer->fd, POLLIN, 0});
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= until) {
+      return false;
+    }
+    timespec wait{};
+    const timespec* limit = nullptr; // none: until is time_point::max()
+    if (until != Clock::time_point::max()) {
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now);
+      wait = {static_cast<time_t>(left.count() / 1000000000),
+              static_cast<long>(left.count() % 1000000000)};
+      limit = &wait;
+    }
+    if (::ppoll(fds.data(), fds.size(), limit, nullptr) < 0 && errno != EINTR) {
+      throw LinkLost(systemError("ppoll"));
+    }
+  }
+  return true;
+}
+
+bool LeaderLinks::Operation::isCompleted() {
+  return done_;
+}
+
+bool LeaderLinks::Operation::wait(std::chrono::milliseconds timeout) {
+  const auto until = timeout == ::kNoTimeout ? Clock::time_point::max() : Clock::now() + timeout;
+  TORCH_CHECK(progressUntil(until), "dummy_collectives: timed out after ", timeout.count(),
+              " ms on the hosts' leaders' links");
+  return true;
+}
+
+} // namespace dummy_collectives::hierarchy

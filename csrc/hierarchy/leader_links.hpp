@@ -1,0 +1,124 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+namespace dummy_collectives::hierarchy {
+
+// TCP connections of the hosts' leaders among themselves, one per pair, for the agreement's
+// records (agreement.hpp), driven on the thread that waits.
+//
+// Why not gloo: a gloo operation hands off between threads twice on each side (the caller to
+// gloo's worker, its network loop to the worker, the worker back to the caller). A record's
+// round trip between two hosts of one rank took 0.3-0.5 ms through gloo and 23 us through a
+// socket that the waiting thread reads itself (tools/leader_link_latency.py), and every
+// collective across hosts begins with one. gloo's transport is not reachable from an extension
+// (torch's wheel ships no gloo headers), so the links are plain sockets, made here.
+//
+// Each message is a frame: its kind, its length, its bytes. A receive takes one frame from its
+// peer into a slot; a frame longer than the slot fills it and the rest is read and dropped (gloo
+// aborts the process there), so ranks that called different collectives never overrun each
+// other and every stream stays framed. A frame of another kind than the receive expects (a
+// broadcast's one-way record met by an exchange) ends the operation at once: the group fails
+// then (agreement.cpp), as the streams no longer pair.
+class LeaderLinks {
+ public:
+  enum class Kind : uint32_t { kExchange = 1, kOneWay = 2 };
+
+  // `members`: the group ranks of the leaders, `me` this rank's index among them; `addresses`:
+  // each member's address (it listens there, on a port the system picks, published in `store`).
+  // Every member makes it at the same time; it returns once every pair is connected, or throws
+  // past `timeout`.
+  LeaderLinks(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      std::vector<int> members,
+      int me,
+      const std::vector<std::string>& addresses,
+      std::chrono::milliseconds timeout);
+  ~LeaderLinks();
+  // Whether links can be made between hosts at these addresses (IPv4, as gloo binds to here).
+  static bool usable(const std::vector<std::string>& addresses);
+  LeaderLinks(const LeaderLinks&) = delete;
+  LeaderLinks& operator=(const LeaderLinks&) = delete;
+
+  int size() const {
+    return static_cast<int>(peers_.size());
+  }
+  int rank() const {
+    return me_;
+  }
+
+  struct Send {
+    int member;
+    at::Tensor bytes; // contiguous uint8, kept alive by the operation
+  };
+  struct Receive {
+    int member;
+    at::Tensor slot; // contiguous uint8: at most this much of the frame lands here
+  };
+  // Begins an operation of `kind`: sends, and receives of one frame each. Small frames leave at
+  // once (the kernel takes them); the rest moves while a thread waits on the Work.
+  c10::intrusive_ptr<c10d::Work> start(Kind kind, std::vector<Send> sends,
+                                       std::vector<Receive> receives);
+
+  struct Peer;
+  class Operation;
+
+ private:
+  // Marks the links unusable: an operation ended without moving all its bytes (its group
+  // failed), so the streams are no longer framed.
+  void breakLinks(const std::string& why);
+
+  int me_;
+  std::vector<std::unique_ptr<Peer>> peers_; // by member; null for this rank
+  std::string broken_;
+  bool busy_ = false; // one operation at a time (a group runs one collective at a time)
+};
+
+// A peer's connection closed, or a socket call failed: names the peer as gloo does ("Connection
+// closed by peer [10.0.0.2]:4567"), so InterHostEngine finds the host by its address.
+class LinkLost : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The Work of an operation on the links: complete only once a thread drove it (progressUntil).
+class LeaderLinks::Operation final : public c10d::Work {
+ public:
+  Operation(LeaderLinks& links, Kind kind, std::vector<Send> sends,
+            std::vector<Receive> receives);
+  ~Operation() override;
+
+  // Moves bytes until the operation is done (true) or `until` passes (false). Throws LinkLost.
+  bool progressUntil(std::chrono::steady_clock::time_point until);
+  bool isCompleted() override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  // A frame of another kind arrived (the operation ended there): the member that sent it, and
+  // the slot holds its first bytes; -1 where every frame was of the expected kind.
+  int otherKindFrom() const {
+    return otherKindFrom_;
+  }
+
+ private:
+  struct Outgoing;
+  struct Incoming;
+  // One pass over every socket without blocking; true when the operation is done.
+  bool moveBytes();
+  void finish();
+
+  LeaderLinks& links_;
+  Kind kind_;
+  std::vector<Outgoing> out_;
+  std::vector<Incoming> in_;
+  int otherKindFrom_ = -1;
+  bool done_ = false;
+};
+
+} // namespace dummy_collectives::hierarchy
