@@ -76,6 +76,21 @@ InterHostEngine::InterHostEngine(
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(at::Tensor& out, at::Tensor& in) const {
   const int64_t n = in.numel();
+  if (dataOnLinks_) {
+    // `in` itself to every other member (nothing copied to send), into its part of theirs.
+    std::vector<LeaderLinks::Send> sends;
+    std::vector<LeaderLinks::Receive> receives;
+    for (int m = 0; m < size(); ++m) {
+      if (m != rank() && n > 0) {
+        sends.push_back({m, in});
+        receives.push_back({m, out.narrow(0, m * n, n)});
+      }
+    }
+    auto work = links_->start(LeaderLinks::Kind::kData, std::move(sends), std::move(receives));
+    std::memcpy(static_cast<std::byte*>(out.data_ptr()) + rank() * n, in.data_ptr(),
+                static_cast<size_t>(n));
+    return work;
+  }
   if (size() == 2) {
     // Two members swap: the other's input lands straight in its part of `out` (one step, as in
     // gloo's ring), ours is copied here, and nothing is copied to send.
@@ -98,6 +113,9 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(at::Tensor& out, at::T
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(at::Tensor& out, at::Tensor& in) const {
   std::vector<int64_t> none;
+  if (dataOnLinks_) {
+    return alltoallOnLinks(out, in, none, none);
+  }
   return backend_->alltoall_base(out, in, none, none);
 }
 
@@ -106,7 +124,63 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(
     at::Tensor& in,
     std::vector<int64_t> outSplits,
     std::vector<int64_t> inSplits) const {
+  if (dataOnLinks_) {
+    return alltoallOnLinks(out, in, outSplits, inSplits);
+  }
   return backend_->alltoall_base(out, in, outSplits, inSplits);
+}
+
+c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoallOnLinks(
+    at::Tensor& out,
+    at::Tensor& in,
+    const std::vector<int64_t>& outSplits,
+    const std::vector<int64_t>& inSplits) const {
+  const int n = size();
+  auto splitsOf = [n](const std::vector<int64_t>& splits, const at::Tensor& t) {
+    return splits.empty() ? std::vector<int64_t>(n, t.numel() / n) : splits;
+  };
+  const std::vector<int64_t> outs = splitsOf(outSplits, out);
+  const std::vector<int64_t> ins = splitsOf(inSplits, in);
+  std::vector<LeaderLinks::Send> sends;
+  std::vector<LeaderLinks::Receive> receives;
+  int64_t outAt = 0;
+  int64_t inAt = 0;
+  for (int m = 0; m < n; ++m) {
+    // Sizes were agreed: a part of no bytes is neither sent nor expected, on both sides.
+    if (m == rank()) {
+      TORCH_CHECK(outs[m] == ins[m], "dummy_collectives: an all-to-all keeps ", ins[m],
+                  " bytes of its own in ", outs[m]);
+      std::memcpy(static_cast<std::byte*>(out.data_ptr()) + outAt,
+                  static_cast<const std::byte*>(in.data_ptr()) + inAt,
+                  static_cast<size_t>(ins[m]));
+    } else {
+      if (ins[m] > 0) {
+        sends.push_back({m, in.narrow(0, inAt, ins[m])});
+      }
+      if (outs[m] > 0) {
+        receives.push_back({m, out.narrow(0, outAt, outs[m])});
+      }
+    }
+    outAt += outs[m];
+    inAt += ins[m];
+  }
+  return links_->start(LeaderLinks::Kind::kData, std::move(sends), std::move(receives));
+}
+
+c10::intrusive_ptr<c10d::Work> InterHostEngine::fromRootOnLinks(
+    at::Tensor& bytes, int root, LeaderLinks::Kind kind) const {
+  std::vector<LeaderLinks::Send> sends;
+  std::vector<LeaderLinks::Receive> receives;
+  if (rank() == root) {
+    for (int m = 0; m < size(); ++m) {
+      if (m != root) {
+        sends.push_back({m, bytes});
+      }
+    }
+  } else {
+    receives.push_back({root, bytes});
+  }
+  return links_->start(kind, std::move(sends), std::move(receives));
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::exchangeRecords(
@@ -144,6 +218,10 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::exchangeRecords(
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(at::Tensor& data, int root) const {
+  if (dataOnLinks_) {
+    at::Tensor bytes = bytesOf(data);
+    return fromRootOnLinks(bytes, root, LeaderLinks::Kind::kData);
+  }
   std::vector<at::Tensor> tensors{data};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
@@ -154,18 +232,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::announce(at::Tensor& record, int
   if (!links_) {
     return broadcast(record, root);
   }
-  std::vector<LeaderLinks::Send> sends;
-  std::vector<LeaderLinks::Receive> receives;
-  if (rank() == root) {
-    for (int m = 0; m < size(); ++m) {
-      if (m != root) {
-        sends.push_back({m, record});
-      }
-    }
-  } else {
-    receives.push_back({root, record});
-  }
-  return links_->start(LeaderLinks::Kind::kOneWay, std::move(sends), std::move(receives));
+  return fromRootOnLinks(record, root, LeaderLinks::Kind::kOneWay);
 }
 
 int InterHostEngine::otherFormFrom(const c10::intrusive_ptr<c10d::Work>& work) {

@@ -84,9 +84,12 @@ class InterHostEngine {
   }
 
   // Records travel on the leaders' own links (leader_links.hpp) from now on: an engine over the
-  // hosts' leaders, every member at once.
-  void useLinks(std::unique_ptr<LeaderLinks> links) {
+  // hosts' leaders, every member at once. `carryData`: the byte-level operations above go there
+  // too -- only where a collective has one engine operation in flight at a time (one rank per
+  // host: no pipeline), since the links move bytes only while a thread waits on them.
+  void useLinks(std::unique_ptr<LeaderLinks> links, bool carryData) {
     links_ = std::move(links);
+    dataOnLinks_ = carryData;
   }
   bool hasLinks() const {
     return static_cast<bool>(links_);
@@ -118,6 +121,16 @@ class InterHostEngine {
   std::optional<std::string> stuckCallMismatch(const OpContext& ctx, bool& told) const;
   // Why the engine failed, for the message: the peer it names, if any.
   std::string describeFailure(const std::string& engineError) const;
+  // The byte-level operations on the links (dataOnLinks_). Splits: bytes per member, empty for
+  // equal parts.
+  c10::intrusive_ptr<c10d::Work> alltoallOnLinks(
+      at::Tensor& out,
+      at::Tensor& in,
+      const std::vector<int64_t>& outSplits,
+      const std::vector<int64_t>& inSplits) const;
+  // Member `root` sends `bytes` to every other member, of `kind`; they receive into `bytes`.
+  c10::intrusive_ptr<c10d::Work> fromRootOnLinks(
+      at::Tensor& bytes, int root, LeaderLinks::Kind kind) const;
   // Calls `blockUntil(t)` (true once the work is done, false at t) until the work is done,
   // checking in between the group's health, the deadline and (compareStuckCalls) the calls.
   template <typename BlockUntil>
@@ -130,6 +143,7 @@ class InterHostEngine {
   const Topology& topology_;
   GroupHealth& health_;
   std::unique_ptr<LeaderLinks> links_; // null: records go through the engine
+  bool dataOnLinks_ = false;
   bool compareStuckCalls_ = false;
   // The collective (its sequence number) this engine last waited for: its first wait for a
   // collective is the one that may meet another collective's call. A group runs one at a time.

@@ -392,7 +392,8 @@ bool LeaderLinks::Operation::isCompleted() {
 }
 
 bool LeaderLinks::Operation::wait(std::chrono::milliseconds timeout) {
-  const auto until = timeout == ::kNoTimeout ? Clock::time_point::max() : Clock::now() + timeout;
+  // 0 ms is c10d's kNoTimeout: wait for as long as it takes.
+  const auto until = timeout.count() == 0 ? Clock::time_point::max() : Clock::now() + timeout;
   TORCH_CHECK(progressUntil(until), "dummy_collectives: timed out after ", timeout.count(),
               " ms on the hosts' leaders' links");
   return true;

@@ -30,7 +30,9 @@ namespace dummy_collectives::hierarchy {
 // then (agreement.cpp), as the streams no longer pair.
 class LeaderLinks {
  public:
-  enum class Kind : uint32_t { kExchange = 1, kOneWay = 2 };
+  // What a frame is: an exchange's record, a broadcast's one-way record, or data that follows
+  // an agreement (its sizes checked, so it pairs by construction).
+  enum class Kind : uint32_t { kExchange = 1, kOneWay = 2, kData = 3 };
 
   // `members`: the group ranks of the leaders, `me` this rank's index among them; `addresses`:
   // each member's address (it listens there, on a port the system picks, published in `store`).

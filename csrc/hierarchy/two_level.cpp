@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -617,13 +618,13 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
   debug_log::note("one way, the root's record, then the data");
   const OneWayAgreement agreed = agreeOneWay(levels, ctx, {}, root);
   if (levels.oneRankPerHost()) {
-    // The whole message in one engine operation: no in-host stage to overlap.
+    // The whole message in one engine operation: no in-host stage to overlap. The root's
+    // record first: on the leaders' links one operation is in flight at a time.
     InterHostEngine& rail = *levels.rail;
-    c10::intrusive_ptr<c10d::Work> rest = rail.broadcast(flat, rootHost);
     if (agreed.announced) {
       rail.wait(agreed.announced, ctx);
     }
-    rail.wait(rest, ctx);
+    rail.wait(rail.broadcast(flat, rootHost), ctx);
     return;
   }
   if (agreed.announced) {
@@ -891,8 +892,14 @@ void reduceScatterData(
   const InterHostEngine& rail = *levels.rail;
   const int L = levels.host.size();
   const int H = rail.size();
-  const Chunking plan(
-      n, lineElements(in.element_size()), levels.settings, in.element_size(), L * H);
+  // One rank per host: one chunk, one engine operation (nothing in-host to overlap, and the
+  // leaders' links carry one operation at a time).
+  HierarchySettings settings = levels.settings;
+  if (levels.oneRankPerHost()) {
+    settings.chunkBytes = std::numeric_limits<size_t>::max() / 2;
+  }
+  const Chunking plan(n, lineElements(in.element_size()), settings, in.element_size(), L * H,
+                      /*wholeChunks=*/levels.oneRankPerHost());
   const ReduceSpec across = crossSpec(spec);
   struct State {
     at::Tensor sums;   // [H][m]: this host's sum of the parts for rail peers on each host

@@ -189,8 +189,11 @@ TwoLevelLowering::TwoLevelLowering(
       for (int h = 0; h < topology_.hostCount(); ++h) {
         addresses.push_back(topology_.address(h));
       }
-      rail_->useLinks(std::make_unique<LeaderLinks>(
-          store, topology_.rail(0), topology_.host(), addresses, options_->timeout));
+      // One rank per host runs one engine operation at a time (no pipeline): its data goes
+      // on the links too.
+      rail_->useLinks(std::make_unique<LeaderLinks>(store, topology_.rail(0), topology_.host(),
+                                                    addresses, options_->timeout),
+                      /*carryData=*/topology_.oneRankPerHost());
     }
   }
   std::vector<int> all(size);
@@ -270,8 +273,11 @@ void TwoLevelLowering::logCreation(int me) const {
                         " hosts of one rank, no in-host step pays for it)"),
          " ride with the agreement (one exchange); larger messages ",
          levels_->oneRankPerHost()
-             ? std::string("cross hosts whole, in one engine operation (one rank per host: no "
-                           "in-host stage for a pipeline to overlap)")
+             ? c10::str("cross hosts whole, in one engine operation",
+                        linksBetweenHosts() ? " on the leaders' links (gloo's own allreduce "
+                                              "where its ring is faster)"
+                                            : "",
+                        " (one rank per host: no in-host stage for a pipeline to overlap)")
              : c10::str("are pipelined in at least ", two_level::kMinChunks, " chunks of ",
                         bytes(levels_->settings.minChunkBytes), " to inter_host_chunk_bytes ",
                         bytes(options_->interHostChunkBytes),
