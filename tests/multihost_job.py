@@ -206,12 +206,14 @@ def one_way_mismatch(out_dir: str, variant: str) -> Result:
     shares the data); ``large``, sizes beyond a record (the data follows the root's record);
     ``roots``, each host
     the root of its own (its first rank); ``root_host``, the root's host's last rank 5 floats,
-    everyone else 4. Every rank raises the mismatch, at the call or at its next one, long
-    before the group's timeout; ``root_host`` leaves the group usable."""
+    everyone else 4; ``overlong``, the other hosts call a 4-float allreduce instead, whose
+    exchange's slot the root's record (400 KB of data) overruns. Every rank raises the
+    mismatch, at the call or at its next one, long before the group's timeout; ``root_host``
+    leaves the group usable."""
     rank = dist.get_rank()
     hosts = dist.group.WORLD._get_backend(torch.device("cpu")).hosts
     host = next(h for h, ranks in enumerate(hosts) if rank in ranks)
-    n = {"mid": 100_000, "large": 300_000}.get(variant, 4)
+    n = {"mid": 100_000, "large": 300_000, "overlong": 100_000}.get(variant, 4)
     src = hosts[host][0] if variant == "roots" else 0
     if variant == "root_host":
         n += rank == hosts[0][-1]
@@ -219,7 +221,11 @@ def one_way_mismatch(out_dir: str, variant: str) -> Result:
         n += host > 0
     t = torch.full((n,), float(rank))
     start = time.monotonic()
-    result: Result = {"error": _attempt(lambda: dist.broadcast(t, src=src)), "src": src}
+    if variant == "overlong" and host > 0:
+        t = torch.full((4,), float(rank))
+        result: Result = {"error": _attempt(lambda: dist.all_reduce(t)), "src": src}
+    else:
+        result = {"error": _attempt(lambda: dist.broadcast(t, src=src)), "src": src}
     result["untouched"] = bool((t == rank).all())
     after = torch.ones(3)
     result["next_error"] = _attempt(lambda: dist.all_reduce(after))

@@ -122,11 +122,17 @@ def test_random_program_matches_gloo_on_2_hosts_of_2(hosts) -> None:
     assert all(job.results[r]["compared"] > 100 for r in range(4)), job.results
 
 
+# The leaders' own links (the default), and the records and data through gloo instead.
+LINKS = {"links": None, "gloo": {"DUMMY_COLLECTIVES_INTER_HOST_LINKS": "0"}}
+
+
 @support.compares_with_gloo
-def test_random_program_matches_gloo_on_2_hosts_of_1(hosts) -> None:
+@pytest.mark.parametrize("records", list(LINKS))
+def test_random_program_matches_gloo_on_2_hosts_of_1(hosts, records) -> None:
     # One rank per host: up to 256 KiB ride with the agreement, larger messages cross hosts
-    # whole, in one engine operation (no pipeline: nothing in-host to overlap).
-    job = run_job(hosts, "random_program", "8", "300", nproc=(1, 1))
+    # whole, in one operation (no pipeline: nothing in-host to overlap), on the leaders' links
+    # or through gloo.
+    job = run_job(hosts, "random_program", "8", "300", nproc=(1, 1), env=LINKS[records])
     check_ran_everywhere(job, 2)
     assert job.returncodes == [0, 0], job.report()
     if support.IS_DUMMY:
@@ -248,12 +254,15 @@ def test_mismatches_across_hosts_fail_every_rank_and_leave_the_group_usable(host
 
 
 @support.requires_dummy
-def test_mismatches_between_hosts_of_one_rank_fail_both(hosts) -> None:
+@pytest.mark.parametrize("records", list(LINKS))
+def test_mismatches_between_hosts_of_one_rank_fail_both(hosts, records) -> None:
     # Each rank sends its record at its own size into whole-record slots: 4 and 5 floats never
     # overrun a receive (gloo would abort), and the group stays usable. A 1.2 MB allreduce met
-    # by a broadcast (the root's one-way record) meets nobody: both compare their calls in the
-    # store, raise it, and the group stays failed.
-    job = run_job(hosts, "mismatch", nproc=(1, 1))
+    # by a broadcast (the root's one-way record): on the leaders' links the allreduce's leader
+    # reads the broadcast's record and fails the group; through gloo they meet nobody, and both
+    # compare their calls in the store. Either way every rank raises it, and the group stays
+    # failed.
+    job = run_job(hosts, "mismatch", nproc=(1, 1), env=LINKS[records])
     check_ran_everywhere(job, 2)
     assert job.returncodes == [0, 0], job.report()
     for result in job.results.values():
@@ -267,7 +276,7 @@ def test_mismatches_between_hosts_of_one_rank_fail_both(hosts) -> None:
 # (on hosts of one rank "mid" rides in the record as "sizes" does; 1+3's two roots meet
 # nobody as 2x2's do). ~10 s a job.
 ONE_WAY_MISMATCHES = [
-    *[("2x1", (1, 1), v) for v in ("sizes", "large", "roots")],
+    *[("2x1", (1, 1), v) for v in ("sizes", "large", "roots", "overlong")],
     *[("2x2", (2, 2), v) for v in ("sizes", "mid", "large", "roots")],
     *[("1+3", (1, 3), v) for v in ("sizes", "mid", "large")],
 ]
