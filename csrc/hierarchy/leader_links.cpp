@@ -146,12 +146,27 @@ LeaderLinks::LeaderLinks(
     auto peer = std::make_unique<Peer>();
     peer->where = c10::str("[", addresses[j], "]:", peerPort);
     peer->fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const sockaddr_in to = ipv4(addresses[j], peerPort);
-    if (peer->fd < 0 ||
-        ::connect(peer->fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) != 0) {
-      creationFails(c10::str(peer->where, ": ", systemError("connect")));
+    if (peer->fd < 0) {
+      creationFails(systemError("socket"));
     }
-    tune(peer->fd);
+    tune(peer->fd); // non-blocking: the connect below waits only until the group's timeout
+    const sockaddr_in to = ipv4(addresses[j], peerPort);
+    if (::connect(peer->fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) != 0) {
+      if (errno != EINPROGRESS) {
+        creationFails(c10::str(peer->where, ": ", systemError("connect")));
+      }
+      pollfd p{peer->fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t errorLength = sizeof(error);
+      if (::poll(&p, 1, pollMs(until)) <= 0) {
+        creationFails(c10::str("timed out after ", timeout.count(), " ms connecting to ",
+                               peer->where));
+      }
+      if (::getsockopt(peer->fd, SOL_SOCKET, SO_ERROR, &error, &errorLength) != 0 || error != 0) {
+        errno = error;
+        creationFails(c10::str(peer->where, ": ", systemError("connect")));
+      }
+    }
     const std::array<uint32_t, 2> hello{kHello, static_cast<uint32_t>(me)};
     exactly(peer->fd, const_cast<uint32_t*>(hello.data()), sizeof(hello), false, until,
             peer->where);
