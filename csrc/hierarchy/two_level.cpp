@@ -558,6 +558,9 @@ void reduce(
 
 // ---- broadcast ---------------------------------------------------------------------------------
 
+// A pipelined broadcast's chunks are this many times inter_host_chunk_bytes.
+constexpr size_t kBroadcastChunkFactor = 4;
+
 void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
   const Topology& topology = levels.topology;
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
@@ -630,9 +633,14 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
   if (agreed.announced) {
     levels.rail->wait(agreed.announced, ctx);
   }
-  // The in-host stages are copies, far cheaper than the cross-host one: chunks as large as
-  // inter_host_chunk_bytes (2 hosts x 2 ranks, 1 MiB: 0.71x gloo in 4 chunks of 256 KiB).
-  const Chunking plan(flat.numel(), 64, levels.settings, 1, 1, /*wholeChunks=*/true);
+  // The in-host stages are copies, far cheaper than the cross-host one: whole chunks (2 hosts
+  // x 2 ranks, 1 MiB: 0.71x gloo in 4 chunks of 256 KiB), of 4 x inter_host_chunk_bytes: each
+  // chunk costs gloo an operation of 0.3-0.9 ms here, and a copy hides little (alternated
+  // with 1 MiB chunks: 2x2 64 MiB 0.95x -> 1.54x gloo, 3+1 16 MiB 0.77x -> 1.21x, 1+3 64 MiB
+  // 1.23x -> 1.46x; docs/benchmarks.md, "Chunk size and count").
+  HierarchySettings settings = levels.settings;
+  settings.chunkBytes *= kBroadcastChunkFactor;
+  const Chunking plan(flat.numel(), 64, settings, 1, 1, /*wholeChunks=*/true);
   const bool uniform = topology.uniform();
   const int local = topology.localRank();
   // Uniform: rail k of the root carries the chunk across hosts, then each host broadcasts it
