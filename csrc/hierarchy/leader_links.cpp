@@ -25,10 +25,12 @@ using Clock = std::chrono::steady_clock;
 // A connecting member's first bytes: who it is, so the accepting side files the connection
 // under the right member whatever order connections arrive in.
 constexpr uint32_t kHello = 0x44434c31; // "DCL1"
-// A frame's header: its kind and its payload's length.
+// A frame's header: its kind and its payload's length (64 bits: a broadcast of a tensor of
+// more than 4 GiB is one frame).
 struct FrameHeader {
   uint32_t kind;
-  uint32_t bytes;
+  uint32_t reserved;
+  uint64_t bytes;
 };
 // A frame's bytes beyond its receive's slot are read into this and dropped.
 constexpr size_t kDropBytes = 64 << 10;
@@ -252,9 +254,9 @@ LeaderLinks::Operation::Operation(
   for (auto& s : sends) {
     TORCH_CHECK(s.member != links_.me_ && s.bytes.is_contiguous(),
                 "dummy_collectives: a leader link send to ", s.member);
-    const auto bytes = static_cast<uint32_t>(s.bytes.numel());
+    const auto bytes = static_cast<uint64_t>(s.bytes.numel());
     out_.push_back(Outgoing{links_.peers_[s.member].get(),
-                            {static_cast<uint32_t>(kind), bytes}, std::move(s.bytes)});
+                            {static_cast<uint32_t>(kind), 0, bytes}, std::move(s.bytes)});
   }
   for (auto& r : receives) {
     TORCH_CHECK(r.member != links_.me_ && r.slot.is_contiguous(),
