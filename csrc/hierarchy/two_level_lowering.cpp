@@ -191,9 +191,18 @@ TwoLevelLowering::TwoLevelLowering(
       }
       // One rank per host runs one engine operation at a time (no pipeline): its data goes
       // on the links too.
-      rail_->useLinks(std::make_unique<LeaderLinks>(store, topology_.rail(0), topology_.host(),
-                                                    addresses, options_->timeout),
-                      /*carryData=*/topology_.oneRankPerHost());
+      std::unique_ptr<LeaderLinks> links;
+      try {
+        links = std::make_unique<LeaderLinks>(store, topology_.rail(0), topology_.host(),
+                                              addresses, options_->timeout);
+      } catch (const std::exception& e) {
+        C10_THROW_ERROR(DistBackendError,
+                        c10::str("dummy_collectives: rank ", rank, " (",
+                                 topology_.describeHost(topology_.host()), "): ", errorText(e),
+                                 " (DUMMY_COLLECTIVES_INTER_HOST_LINKS=0 sends the records "
+                                 "through gloo)"));
+      }
+      rail_->useLinks(std::move(links), /*carryData=*/topology_.oneRankPerHost());
     }
   }
   std::vector<int> all(size);
