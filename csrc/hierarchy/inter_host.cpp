@@ -78,15 +78,8 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(at::Tensor& out, at::T
   const int64_t n = in.numel();
   if (dataOnLinks_) {
     // `in` itself to every other member (nothing copied to send), into its part of theirs.
-    std::vector<LeaderLinks::Send> sends;
-    std::vector<LeaderLinks::Receive> receives;
-    for (int m = 0; m < size(); ++m) {
-      if (m != rank() && n > 0) {
-        sends.push_back({m, in});
-        receives.push_back({m, out.narrow(0, m * n, n)});
-      }
-    }
-    auto work = links_->start(LeaderLinks::Kind::kData, std::move(sends), std::move(receives));
+    auto work = toEveryOtherOnLinks(LeaderLinks::Kind::kData, in,
+                                    [&](int m) { return out.narrow(0, m * n, n); });
     std::memcpy(static_cast<std::byte*>(out.data_ptr()) + rank() * n, in.data_ptr(),
                 static_cast<size_t>(n));
     return work;
@@ -167,6 +160,23 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoallOnLinks(
   return links_->start(LeaderLinks::Kind::kData, std::move(sends), std::move(receives));
 }
 
+c10::intrusive_ptr<c10d::Work> InterHostEngine::toEveryOtherOnLinks(
+    LeaderLinks::Kind kind,
+    const at::Tensor& bytes,
+    const std::function<at::Tensor(int)>& slotOf) const {
+  std::vector<LeaderLinks::Send> sends;
+  std::vector<LeaderLinks::Receive> receives;
+  if (bytes.numel() > 0) {
+    for (int m = 0; m < size(); ++m) {
+      if (m != rank()) {
+        sends.push_back({m, bytes});
+        receives.push_back({m, slotOf(m)});
+      }
+    }
+  }
+  return links_->start(kind, std::move(sends), std::move(receives));
+}
+
 c10::intrusive_ptr<c10d::Work> InterHostEngine::fromRootOnLinks(
     at::Tensor& bytes, int root, LeaderLinks::Kind kind) const {
   std::vector<LeaderLinks::Send> sends;
@@ -191,16 +201,9 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::exchangeRecords(
       "dummy_collectives: a record of ", sent, " bytes for slots of ", slotBytes);
   if (links_) {
     // The same bytes to every member (nothing copied), a slot from each.
-    std::vector<LeaderLinks::Send> sends;
-    std::vector<LeaderLinks::Receive> receives;
-    for (int m = 0; m < size(); ++m) {
-      if (m != rank()) {
-        sends.push_back({m, in});
-        receives.push_back({m, out.narrow(0, recordOffset(m, slotBytes), slotBytes)});
-      }
-    }
-    auto work = links_->start(LeaderLinks::Kind::kExchange, std::move(sends),
-                              std::move(receives));
+    auto work = toEveryOtherOnLinks(LeaderLinks::Kind::kExchange, in, [&](int m) {
+      return out.narrow(0, recordOffset(m, slotBytes), slotBytes);
+    });
     out.narrow(0, recordOffset(rank(), slotBytes), sent).copy_(in);
     return work;
   }

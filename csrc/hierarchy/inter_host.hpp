@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,12 @@ class InterHostEngine {
       at::Tensor& in,
       const std::vector<int64_t>& outSplits,
       const std::vector<int64_t>& inSplits) const;
+  // Every member sends `bytes` to every other member and receives each one's into
+  // `slotOf(member)`; nothing moves where `bytes` is empty (every member's is then).
+  c10::intrusive_ptr<c10d::Work> toEveryOtherOnLinks(
+      LeaderLinks::Kind kind,
+      const at::Tensor& bytes,
+      const std::function<at::Tensor(int)>& slotOf) const;
   // Member `root` sends `bytes` to every other member, of `kind`; they receive into `bytes`.
   c10::intrusive_ptr<c10d::Work> fromRootOnLinks(
       at::Tensor& bytes, int root, LeaderLinks::Kind kind) const;

@@ -105,6 +105,24 @@ struct LeaderLinks::Peer {
       ::close(fd);
     }
   }
+  // What a non-blocking send or recv returned: the bytes it moved (0: interrupted, try
+  // again), or -1 where the socket would block. A closed connection or a failure throws.
+  ssize_t moved(ssize_t n, const char* call) const {
+    if (n > 0) {
+      return n;
+    }
+    if (n == 0) { // recv: the peer closed (a send of some bytes never returns 0)
+      errno = 0;
+      lost(call);
+    }
+    if (errno == EINTR) {
+      return 0;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return -1;
+    }
+    lost(call);
+  }
   [[noreturn]] void lost(const char* call) const {
     if (errno == 0 || errno == ECONNRESET || errno == EPIPE) {
       throw LinkLost(c10::str("Connection closed by peer ", where));
@@ -304,15 +322,10 @@ bool LeaderLinks::Operation::moveBytes() {
       msghdr message{};
       message.msg_iov = parts.data();
       message.msg_iovlen = count;
-      const ssize_t n = ::sendmsg(o.peer->fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+      const ssize_t n =
+          o.peer->moved(::sendmsg(o.peer->fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL), "send");
       if (n < 0) {
-        if (errno == EINTR) {
-          continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          break;
-        }
-        o.peer->lost("send");
+        break;
       }
       o.sent += static_cast<size_t>(n);
     }
@@ -338,19 +351,9 @@ bool LeaderLinks::Operation::moveBytes() {
           want = std::min(kDropBytes, in.header.bytes - at);
         }
       }
-      errno = 0;
-      const ssize_t n = ::recv(in.peer->fd, into, want, MSG_DONTWAIT);
-      if (n == 0) {
-        in.peer->lost("recv");
-      }
+      const ssize_t n = in.peer->moved(::recv(in.peer->fd, into, want, MSG_DONTWAIT), "recv");
       if (n < 0) {
-        if (errno == EINTR) {
-          continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          break;
-        }
-        in.peer->lost("recv");
+        break;
       }
       in.got += static_cast<size_t>(n);
     }

@@ -64,9 +64,9 @@ class Topology {
   // "host h1 (10.0.0.2, ranks 2, 3)" and "rank 3 (host h1)", for messages.
   std::string describeHost(int host) const;
   std::string describeRank(int rank) const;
-  // The address the cross-host engine binds to on `host` ("" where it is not known).
-  const std::string& address(int host) const {
-    return addresses_[host];
+  // The address the cross-host engine binds to on each host ("" where it is not known).
+  const std::vector<std::string>& addresses() const {
+    return addresses_;
   }
   // The host whose engine address is `address`, or -1 (also where several hosts share it:
   // hosts made of one machine's ranks).

@@ -185,16 +185,12 @@ TwoLevelLowering::TwoLevelLowering(
     // nobody there.
     rail_->compareStuckCalls(topology_.localRank() == 0);
     if (topology_.localRank() == 0 && linksBetweenHosts()) {
-      std::vector<std::string> addresses;
-      for (int h = 0; h < topology_.hostCount(); ++h) {
-        addresses.push_back(topology_.address(h));
-      }
       // One rank per host runs one engine operation at a time (no pipeline): its data goes
       // on the links too.
       std::unique_ptr<LeaderLinks> links;
       try {
         links = std::make_unique<LeaderLinks>(store, topology_.rail(0), topology_.host(),
-                                              addresses, options_->timeout);
+                                              topology_.addresses(), options_->timeout);
       } catch (const std::exception& e) {
         C10_THROW_ERROR(DistBackendError,
                         c10::str("dummy_collectives: rank ", rank, " (",
@@ -311,12 +307,8 @@ void TwoLevelLowering::logCreation(int me) const {
 }
 
 bool TwoLevelLowering::linksBetweenHosts() const {
-  std::vector<std::string> addresses;
-  for (int h = 0; h < topology_.hostCount(); ++h) {
-    addresses.push_back(topology_.address(h));
-  }
   // Every rank decides alike: the option is the group's, the addresses every rank's.
-  return options_->interHostLinks && LeaderLinks::usable(addresses);
+  return options_->interHostLinks && LeaderLinks::usable(topology_.addresses());
 }
 
 std::string TwoLevelLowering::rankPlacement() const {
