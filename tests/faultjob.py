@@ -131,11 +131,26 @@ def init_method() -> str:
     return f"file://{job_dir()}/store{next(_stores)}"
 
 
-def init_default_group(timeout_s: float | None = None) -> None:
+def tcp_store(timeout_s: float) -> dist.TCPStore:
+    """A TCPStore served by rank 0, as torchrun's is; rank 0 does not wait for the others to
+    connect (a test may kill one first). Where a test bounds how long a wait takes: torch's
+    FileStore overshoots a wait's timeout by about a second."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if rank() == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world_size(), True, timeout, wait_for_workers=False)
+        note("tcp-store-port", store.port)
+        return store
+    port = read_note("tcp-store-port", wait_s=60.0)
+    return dist.TCPStore("127.0.0.1", port, world_size(), False, timeout)
+
+
+def init_default_group(timeout_s: float | None = None, store: dist.Store | None = None) -> None:
+    """The job's default group on a fresh FileStore, or on ``store``."""
     cfg = _config()
     dist.init_process_group(
         cfg.backend,
-        init_method=init_method(),
+        init_method=None if store else init_method(),
+        store=store,
         rank=cfg.rank,
         world_size=cfg.world_size,
         timeout=datetime.timedelta(seconds=timeout_s or cfg.pg_timeout_s),

@@ -209,7 +209,8 @@ def dies_before_joining() -> dict[str, Any]:
     ranks find which hosts they share first), naming rank 1; it has mapped no shared memory."""
     if faultjob.rank() == 1:
         os._exit(1)
-    return attempt(lambda: faultjob.init_default_group(timeout_s=1.0))
+    store = faultjob.tcp_store(timeout_s=1.0)
+    return attempt(lambda: faultjob.init_default_group(timeout_s=1.0, store=store))
 
 
 @pytest.mark.slow
@@ -232,7 +233,7 @@ def a_rank_never_joins_new_group() -> dict[str, Any]:
     after it too), not the default group's (before: 20 s here, 30 minutes with torch's
     defaults)."""
     faultjob.file_barrier("spawned")
-    faultjob.init_default_group(timeout_s=20)
+    faultjob.init_default_group(timeout_s=20, store=faultjob.tcp_store(timeout_s=20))
     result: dict[str, Any] = {}
     if faultjob.rank() != 2:
         result = attempt(lambda: dist.new_group(timeout=timedelta(seconds=NEW_GROUP_TIMEOUT_S)))
