@@ -333,6 +333,9 @@ class Runner:
             return work, outs
         if kind == "all_gather_into_tensor":
             out = empty_like_rows(x, x.shape[0] * n)
+            if op.index % 2:  # in place, as FSDP calls it: the input is our part of the output
+                rows = x.shape[0]
+                x = out.narrow(0, dist.get_rank(group) * rows, rows).copy_(x)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 work = dist.all_gather_into_tensor(out, x, group=group, async_op=asyn)

@@ -104,6 +104,26 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(at::Tensor& out, at::T
   return alltoall(out, copies);
 }
 
+c10::intrusive_ptr<c10d::Work> InterHostEngine::allgatherBlocks(
+    at::Tensor& out, const std::vector<int64_t>& offsets, bool alone) const {
+  TORCH_CHECK(static_cast<int>(offsets.size()) == size() + 1 && offsets.back() == out.numel(),
+              "dummy_collectives: all-gather of blocks: ", offsets.size(), " offsets for ",
+              size(), " members and ", out.numel(), " bytes");
+  auto blockOf = [&](int m) { return out.narrow(0, offsets[m], offsets[m + 1] - offsets[m]); };
+  at::Tensor mine = blockOf(rank());
+  if (links_ && (alone || dataOnLinks_)) {
+    return toEveryOtherOnLinks(LeaderLinks::Kind::kData, mine, blockOf);
+  }
+  std::vector<int64_t> outSplits(size());
+  for (int m = 0; m < size(); ++m) {
+    outSplits[m] = offsets[m + 1] - offsets[m];
+  }
+  // The Work keeps the copies alive.
+  at::Tensor copies = copiesOf(mine, size());
+  std::vector<int64_t> inSplits(size(), mine.numel());
+  return backend_->alltoall_base(out, copies, outSplits, inSplits);
+}
+
 c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(at::Tensor& out, at::Tensor& in) const {
   std::vector<int64_t> none;
   if (dataOnLinks_) {

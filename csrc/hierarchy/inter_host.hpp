@@ -61,6 +61,13 @@ class InterHostEngine {
       std::vector<int64_t> outSplits,
       std::vector<int64_t> inSplits) const;
   c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& data, int root) const;
+  // Member m's block of `out` is bytes [offsets[m], offsets[m + 1]) (blocks may differ in
+  // size); this member's is in place already, and every member receives every other's.
+  // `alone`: the caller has no other operation of this engine in flight, so the links carry it
+  // where this engine has them (they move bytes only while a thread waits); else the engine's
+  // all-to-all does, of a copy of our block for every member.
+  c10::intrusive_ptr<c10d::Work> allgatherBlocks(
+      at::Tensor& out, const std::vector<int64_t>& offsets, bool alone) const;
   // A broadcast's one-way record (agreement.hpp, agreeOneWay): member `root` sends `record`,
   // every other member receives into its `record` (a whole record's capacity: a shorter message
   // fills part of it).

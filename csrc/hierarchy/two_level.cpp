@@ -720,56 +720,69 @@ void placeByRank(
   }
 }
 
-// Hosts of different sizes: every host's inputs gathered inside it, the hosts' blocks exchanged
-// among the leaders in one all-to-all, the whole set broadcast inside each host. One cross-host
-// step between leaders, where an all-gather over every rank crosses hosts once per rank.
+// Whether ranks are numbered host by host (each host's ranks in a row, hosts in order): every
+// host's inputs are then one block of the output, in place.
+bool hostOrderIsRankOrder(const Topology& topology) {
+  int next = 0;
+  for (int h = 0; h < topology.hostCount(); ++h) {
+    for (const int rank : topology.ranksOn(h)) {
+      if (rank != next++) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Hosts of different sizes: every host's inputs gathered inside it, straight into their place
+// in the output; the hosts' blocks shared among the leaders, each landing in its place (on the
+// leaders' links, where they have them: this is the rail's only operation in flight); the
+// other hosts' blocks broadcast inside each host. One cross-host step between leaders, where an
+// all-gather over every rank crosses hosts once per rank; and no rank moves its own host's
+// inputs twice (before: an in-host all-gather, then the whole output broadcast and copied
+// again, 0.6x gloo's speed on 3+1 hosts at 16 MiB).
 void allgatherThroughLeaders(
     const Levels& levels, const OpContext& ctx, const at::Tensor& in, at::Tensor& out) {
   debug_log::note("through the leaders");
   const Topology& topology = levels.topology;
   const int64_t bytes = in.numel() * in.element_size();
-  at::Tensor mine = bytesOf(in);
-  // This host's inputs, in local rank order.
-  at::Tensor hostBlock = mine;
-  if (levels.host.size() > 1) {
-    hostBlock = at::empty({bytes * levels.host.size()}, at::kByte);
-    levels.host.allgather(ctx, hostBlock, mine, InHostLevel::Step::kFollowing)();
-  }
-  // Every host's block, host by host.
-  at::Tensor all = at::empty({bytes * topology.size()}, at::kByte);
-  std::vector<int64_t> blockOffset(topology.hostCount() + 1, 0);
-  for (int h = 0; h < topology.hostCount(); ++h) {
+  const int H = topology.hostCount();
+  const int me = topology.host();
+  // Every host's block, host by host: the output itself where ranks are numbered that way.
+  const bool inPlace = hostOrderIsRankOrder(topology);
+  at::Tensor all = inPlace ? bytesOf(out) : at::empty({bytes * topology.size()}, at::kByte);
+  std::vector<int64_t> blockOffset(H + 1, 0);
+  for (int h = 0; h < H; ++h) {
     blockOffset[h + 1] =
         blockOffset[h] + static_cast<int64_t>(topology.ranksOn(h).size()) * bytes;
   }
+  at::Tensor hostBlock = all.narrow(0, blockOffset[me], blockOffset[me + 1] - blockOffset[me]);
+  at::Tensor mine = bytesOf(in);
+  if (levels.host.size() > 1) {
+    if (inPlace && mine.data_ptr() == bytePtr(hostBlock) + topology.localRank() * bytes) {
+      mine = mine.clone(); // in place (as FSDP calls it): the step reads what it writes
+    }
+    levels.host.allgather(ctx, hostBlock, mine, InHostLevel::Step::kFollowing)();
+  } else if (mine.data_ptr() != hostBlock.data_ptr()) {
+    std::memcpy(bytePtr(hostBlock), bytePtr(mine), static_cast<size_t>(bytes));
+  }
   if (levels.leader()) {
-    const InterHostEngine& leaders = *levels.rail;
-    const int H = leaders.size();
-    const int me = leaders.rank(); // the leaders' rail lists hosts in order
-    std::vector<int64_t> outSplits(H, 0);
-    std::vector<int64_t> inSplits(H, hostBlock.numel());
-    for (int h = 0; h < H; ++h) {
-      outSplits[h] = h == me ? 0 : blockOffset[h + 1] - blockOffset[h];
-    }
-    inSplits[me] = 0;
-    at::Tensor received = at::empty({topology.size() * bytes - hostBlock.numel()}, at::kByte);
-    at::Tensor copies = copiesOf(hostBlock, H - 1);
-    Pending exchanged =
-        waitEngine(leaders, ctx, leaders.alltoall(received, copies, outSplits, inSplits));
-    std::memcpy(bytePtr(all) + blockOffset[me], bytePtr(hostBlock), hostBlock.numel());
-    exchanged();
-    int64_t from = 0;
-    for (int h = 0; h < H; ++h) {
-      if (h != me) {
-        std::memcpy(bytePtr(all) + blockOffset[h], bytePtr(received) + from, outSplits[h]);
-        from += outSplits[h];
-      }
-    }
+    const InterHostEngine& leaders = *levels.rail; // the leaders' rail lists hosts in order
+    leaders.wait(leaders.allgatherBlocks(all, blockOffset, /*alone=*/true), ctx);
   }
   if (levels.host.size() > 1) {
-    levels.host.broadcast(ctx, all, 0)();
+    // The other hosts' blocks: those before this host's, and those after.
+    if (blockOffset[me] > 0) {
+      levels.host.broadcast(ctx, all.narrow(0, 0, blockOffset[me]), 0)();
+    }
+    if (blockOffset[me + 1] < blockOffset[H]) {
+      levels.host.broadcast(
+          ctx, all.narrow(0, blockOffset[me + 1], blockOffset[H] - blockOffset[me + 1]), 0)();
+    }
   }
-  placeByRank(topology, bytePtr(all), out, bytes);
+  if (!inPlace) {
+    placeByRank(topology, bytePtr(all), out, bytes);
+  }
 }
 
 } // namespace
