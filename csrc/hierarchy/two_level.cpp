@@ -400,14 +400,23 @@ void allreduceOnRails(
        }});
 }
 
+// Through the leaders, an allreduce's chunks are up to this many times inter_host_chunk_bytes:
+// each chunk costs the leaders an engine operation, and only they move it across hosts (on
+// rails every rank moves its shard, so there 1 MiB chunks are already L times larger). With
+// 4 MiB chunks 3+1 and 1+3 hosts at 16 and 64 MiB went from 0.89-0.93x gloo to 1.08-1.22x;
+// docs/benchmarks.md, "Chunk size and count".
+constexpr size_t kLeadersAllreduceChunkFactor = 4;
+
 // Hosts of different sizes: per chunk, reduce to the host's leader, the cross-host reduction
 // among the leaders, a broadcast inside the host.
 void allreduceThroughLeaders(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
   const int H = levels.topology.hostCount();
   debug_log::note("through the leaders");
+  HierarchySettings settings = levels.settings;
+  settings.chunkBytes *= kLeadersAllreduceChunkFactor;
   const Chunking plan(
-      flat.numel(), int64_t{H} * lineElements(flat.element_size()), levels.settings,
+      flat.numel(), int64_t{H} * lineElements(flat.element_size()), settings,
       flat.element_size());
   const bool leader = levels.leader();
   const bool alone = levels.host.size() == 1;
