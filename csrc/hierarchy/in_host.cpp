@@ -92,6 +92,15 @@ Pending InHostLevel::allgather(
       });
 }
 
+Pending InHostLevel::allgather(
+    const OpContext& ctx, std::vector<at::Tensor> perRank, at::Tensor input, Step step) {
+  return post(
+      ctx, stepOf(CollectiveKind::kAllgather, input, nullptr, -1), step,
+      [perRank = std::move(perRank), input](ShmLowering& shm, const OpContext& call) mutable {
+        shm.allgather(call, input, perRank);
+      });
+}
+
 Pending InHostLevel::reduceScatter(
     const OpContext& ctx, at::Tensor output, at::Tensor input, const ReduceSpec& spec) {
   return post(

@@ -43,6 +43,10 @@ class InHostLevel {
 
   // output (size() parts) receives every local rank's input.
   Pending allgather(const OpContext& ctx, at::Tensor output, at::Tensor input, Step step);
+  // perRank[j] receives local rank j's input (anywhere: views into one output, say; ours may
+  // be `input` itself).
+  Pending allgather(
+      const OpContext& ctx, std::vector<at::Tensor> perRank, at::Tensor input, Step step);
   // output receives part rank() of the reduction of every local rank's input.
   Pending reduceScatter(
       const OpContext& ctx, at::Tensor output, at::Tensor input, const ReduceSpec& spec);

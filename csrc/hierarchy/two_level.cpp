@@ -692,28 +692,6 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
 
 namespace {
 
-// Where rank (host h, local k)'s block of n elements lands in the output: block `rank`.
-void scatterBlocks(
-    const Topology& topology,
-    const at::Tensor& blocks, // [L][H][m] (uniform) in rank (h, k) order
-    at::Tensor& output,       // [W][n] flat
-    int64_t n,
-    int64_t begin,
-    int64_t m) {
-  const int L = topology.localSize();
-  const int H = topology.hostCount();
-  for (int k = 0; k < L; ++k) {
-    for (int h = 0; h < H; ++h) {
-      const int rank = topology.ranksOn(h)[k];
-      output.narrow(0, rank * n + begin, m).copy_(blocks.narrow(0, (k * H + h) * m, m));
-    }
-  }
-}
-
-} // namespace
-
-namespace {
-
 // `hostOrdered` holds every rank's `bytes`, host by host, each host's in local rank order;
 // rank r's go to block r of `out`.
 void placeByRank(
@@ -741,6 +719,47 @@ bool hostOrderIsRankOrder(const Topology& topology) {
     }
   }
   return true;
+}
+
+// Copies `from` into `to` (same size), unless they are the same memory (an in-place call).
+void copyUnlessSame(const at::Tensor& to, const at::Tensor& from) {
+  const size_t bytes = static_cast<size_t>(from.numel()) * from.element_size();
+  if (bytes > 0 && to.data_ptr() != from.data_ptr()) {
+    std::memcpy(to.data_ptr(), from.data_ptr(), bytes);
+  }
+}
+
+// The all-gather of `mine` over the rail (whose members are the hosts, in order): host h's
+// piece lands in slotOf(h) (ours is there already). Two members swap straight into place; more
+// gather into one tensor (gloo's all-to-all wants one), copied into place after the wait.
+Pending railAllgather(
+    const InterHostEngine& rail,
+    const OpContext& ctx,
+    const at::Tensor& mine,
+    const std::function<at::Tensor(int)>& slotOf) {
+  at::Tensor in = bytesOf(mine);
+  const int64_t bytes = in.numel();
+  if (rail.size() == 2) {
+    const int other = 1 - rail.rank();
+    std::vector<int64_t> splits(2, 0);
+    splits[other] = bytes;
+    at::Tensor theirs = bytesOf(slotOf(other));
+    return waitEngine(rail, ctx, rail.alltoall(theirs, in, splits, splits));
+  }
+  at::Tensor all = at::empty({bytes * rail.size()}, at::kByte);
+  Pending gathered = waitEngine(rail, ctx, rail.allgather(all, in));
+  std::vector<at::Tensor> slots;
+  for (int h = 0; h < rail.size(); ++h) {
+    slots.push_back(slotOf(h));
+  }
+  return [gathered, all, slots = std::move(slots), me = rail.rank(), bytes] {
+    gathered();
+    for (int h = 0; h < static_cast<int>(slots.size()); ++h) {
+      if (h != me) {
+        std::memcpy(slots[h].data_ptr(), bytePtr(all) + h * bytes, static_cast<size_t>(bytes));
+      }
+    }
+  };
 }
 
 // Hosts of different sizes: every host's inputs gathered inside it, straight into their place
@@ -818,43 +837,52 @@ void allgatherData(
     levels.rail->wait(levels.rail->allgather(outBytes, inBytes), ctx);
     return;
   }
-  // On rail k, every host's rank k's input; then inside the host, every rail's.
+  // Per chunk: on rail k, every host's rank k's piece, straight into its place in the output;
+  // meanwhile inside the host its ranks' pieces; then inside the host every other host's
+  // pieces, which the rails brought. Every piece lands in place: no staging tensor, no copy
+  // into the output at the end (before: rail blocks, then host blocks, then a copy into place).
   const InterHostEngine& rail = *levels.rail;
-  const int L = levels.host.size();
-  const int H = rail.size();
+  const int me = topology.host();
+  const int k = topology.localRank();
   const int64_t n = in.numel();
   const Chunking plan(n, lineElements(in.element_size()), levels.settings, in.element_size());
-  struct State {
-    at::Tensor railBlocks; // [H][m]
-    at::Tensor hostBlocks; // [L][H][m]
+  auto pieceOf = [&](int rank, int c) {
+    return out.narrow(0, rank * n + plan.begin(c), plan.length(c));
   };
-  std::vector<State> states(plan.count);
+  auto hostPieces = [&](int h, int c) {
+    std::vector<at::Tensor> perRank;
+    for (const int rank : topology.ranksOn(h)) {
+      perRank.push_back(pieceOf(rank, c));
+    }
+    return perRank;
+  };
   runPipeline(
       plan.count,
-      {[&](int c) {
-         State& s = states[c];
-         const int64_t m = plan.length(c);
-         s.railBlocks = at::empty({H * m}, in.options());
-         at::Tensor piece = in.narrow(0, plan.begin(c), m).contiguous();
-         at::Tensor outBytes = bytesOf(s.railBlocks);
-         at::Tensor inBytes = bytesOf(piece);
-         return waitEngine(rail, ctx, rail.allgather(outBytes, inBytes));
+      {[&](int c) -> Pending {
+         at::Tensor mine = pieceOf(topology.rank(), c);
+         copyUnlessSame(mine, in.narrow(0, plan.begin(c), plan.length(c)));
+         Pending across = railAllgather(
+             rail, ctx, mine, [&](int h) { return pieceOf(topology.ranksOn(h)[k], c); });
+         Pending inHost =
+             levels.host.allgather(ctx, hostPieces(me, c), mine, InHostLevel::Step::kFollowing);
+         return [across, inHost] {
+           across();
+           inHost();
+         };
        },
        [&](int c) -> Pending {
-         State& s = states[c];
-         const int64_t m = plan.length(c);
-         s.hostBlocks = L > 1 ? at::empty({L * H * m}, in.options()) : s.railBlocks;
-         Pending gathered;
-         if (L > 1) {
-           gathered = levels.host.allgather(
-               ctx, s.hostBlocks, s.railBlocks, InHostLevel::Step::kFollowing);
-         }
-         return [&s, &topology, &out, &plan, n, c, m, gathered] {
-           if (gathered) {
-             gathered();
+         std::vector<Pending> steps;
+         for (int h = 0; h < topology.hostCount(); ++h) {
+           if (h != me) {
+             steps.push_back(levels.host.allgather(
+                 ctx, hostPieces(h, c), pieceOf(topology.ranksOn(h)[k], c),
+                 InHostLevel::Step::kFollowing));
            }
-           scatterBlocks(topology, s.hostBlocks, out, n, plan.begin(c), m);
-           s = State();
+         }
+         return [steps] {
+           for (const Pending& step : steps) {
+             step();
+           }
          };
        }});
 }
