@@ -101,6 +101,10 @@ Pending InHostLevel::allgather(
       });
 }
 
+void InHostLevel::expedite() const {
+  engine_->expedite();
+}
+
 Pending InHostLevel::reduceScatter(
     const OpContext& ctx, at::Tensor output, at::Tensor input, const ReduceSpec& spec) {
   return post(

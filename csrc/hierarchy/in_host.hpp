@@ -51,6 +51,9 @@ class InHostLevel {
   Pending reduceScatter(
       const OpContext& ctx, at::Tensor output, at::Tensor input, const ReduceSpec& spec);
   Pending broadcast(const OpContext& ctx, at::Tensor data, int root);
+  // Starts the queued steps now, on the level's worker, rather than at its next poll: this
+  // thread is about to block elsewhere (pipeline.hpp, a blocking stage).
+  void expedite() const;
   // Only local rank `root` receives the reduction.
   Pending reduce(const OpContext& ctx, at::Tensor data, int root, const ReduceSpec& spec);
 

@@ -240,8 +240,9 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::exchangeRecords(
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(at::Tensor& data, int root) const {
-  if (dataOnLinks_) {
+c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(
+    at::Tensor& data, int root, bool alone) const {
+  if (links_ && (alone || dataOnLinks_)) {
     at::Tensor bytes = bytesOf(data);
     return fromRootOnLinks(bytes, root, LeaderLinks::Kind::kData);
   }

@@ -60,7 +60,8 @@ class InterHostEngine {
       at::Tensor& in,
       std::vector<int64_t> outSplits,
       std::vector<int64_t> inSplits) const;
-  c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& data, int root) const;
+  // `alone`: as allgatherBlocks'.
+  c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& data, int root, bool alone = false) const;
   // Member m's block of `out` is bytes [offsets[m], offsets[m + 1]) (blocks may differ in
   // size); this member's is in place already, and every member receives every other's.
   // `alone`: the caller has no other operation of this engine in flight, so the links carry it
@@ -99,6 +100,7 @@ class InterHostEngine {
     links_ = std::move(links);
     dataOnLinks_ = carryData;
   }
+  // Whether it has them: then operations issued `alone` go there (every member answers alike).
   bool hasLinks() const {
     return static_cast<bool>(links_);
   }

@@ -655,6 +655,13 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
   // Uniform: rail k of the root carries the chunk across hosts, then each host broadcasts it
   // from its rank k. Otherwise: the root's host broadcasts it to its leader, the leaders carry
   // it across, and the other hosts broadcast it from their leader.
+  // The carrier's rail with links (the leaders'; uniform hosts: where the root is local rank
+  // 0) moves each chunk on them, this thread driving the bytes while the host level copies the
+  // chunks before and after (pipeline.hpp, a blocking stage); gloo's broadcast costs each chunk
+  // two thread hand-offs a side.
+  const int carrier = uniform ? rootLocal : 0;
+  const bool carries = local == carrier && levels.rail != nullptr;
+  const bool onLinks = carries && levels.rail->hasLinks();
   std::vector<Stage> stages;
   if (!uniform) {
     stages.push_back([&](int c) -> Pending {
@@ -665,13 +672,19 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
       return levels.host.broadcast(ctx, chunk, rootLocal);
     });
   }
+  const int crossing = static_cast<int>(stages.size());
   stages.push_back([&](int c) -> Pending {
-    const int carrier = uniform ? rootLocal : 0;
-    if (local != carrier || levels.rail == nullptr) {
+    if (!carries) {
       return nullptr;
     }
     at::Tensor chunk = flat.narrow(0, plan.begin(c), plan.length(c));
-    return waitEngine(*levels.rail, ctx, levels.rail->broadcast(chunk, rootHost));
+    Pending sent =
+        waitEngine(*levels.rail, ctx, levels.rail->broadcast(chunk, rootHost, onLinks));
+    if (onLinks) {
+      sent();
+      return nullptr;
+    }
+    return sent;
   });
   stages.push_back([&](int c) -> Pending {
     if (levels.host.size() == 1 || (!uniform && onRootHost)) {
@@ -685,7 +698,7 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
     at::Tensor chunk = flat.narrow(0, plan.begin(c), plan.length(c));
     return levels.host.broadcast(ctx, chunk, uniform ? rootLocal : 0);
   });
-  runPipeline(plan.count, stages);
+  runPipeline(plan.count, stages, onLinks ? crossing : -1, [&] { levels.host.expedite(); });
 }
 
 // ---- allgather ---------------------------------------------------------------------------------
