@@ -74,9 +74,10 @@ InterHostEngine::InterHostEngine(
       members_.size(), " members");
 }
 
-c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(at::Tensor& out, at::Tensor& in) const {
+c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(
+    at::Tensor& out, at::Tensor& in, bool alone) const {
   const int64_t n = in.numel();
-  if (dataOnLinks_) {
+  if (onLinks(alone)) {
     // `in` itself to every other member (nothing copied to send), into its part of theirs.
     auto work = toEveryOtherOnLinks(LeaderLinks::Kind::kData, in,
                                     [&](int m) { return out.narrow(0, m * n, n); });
@@ -111,7 +112,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgatherBlocks(
               size(), " members and ", out.numel(), " bytes");
   auto blockOf = [&](int m) { return out.narrow(0, offsets[m], offsets[m + 1] - offsets[m]); };
   at::Tensor mine = blockOf(rank());
-  if (links_ && (alone || dataOnLinks_)) {
+  if (onLinks(alone)) {
     return toEveryOtherOnLinks(LeaderLinks::Kind::kData, mine, blockOf);
   }
   std::vector<int64_t> outSplits(size());
@@ -124,9 +125,10 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgatherBlocks(
   return backend_->alltoall_base(out, copies, outSplits, inSplits);
 }
 
-c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(at::Tensor& out, at::Tensor& in) const {
+c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(
+    at::Tensor& out, at::Tensor& in, bool alone) const {
   std::vector<int64_t> none;
-  if (dataOnLinks_) {
+  if (onLinks(alone)) {
     return alltoallOnLinks(out, in, none, none);
   }
   return backend_->alltoall_base(out, in, none, none);
@@ -136,8 +138,9 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoall(
     at::Tensor& out,
     at::Tensor& in,
     std::vector<int64_t> outSplits,
-    std::vector<int64_t> inSplits) const {
-  if (dataOnLinks_) {
+    std::vector<int64_t> inSplits,
+    bool alone) const {
+  if (onLinks(alone)) {
     return alltoallOnLinks(out, in, outSplits, inSplits);
   }
   return backend_->alltoall_base(out, in, outSplits, inSplits);
@@ -242,7 +245,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::exchangeRecords(
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(
     at::Tensor& data, int root, bool alone) const {
-  if (links_ && (alone || dataOnLinks_)) {
+  if (onLinks(alone)) {
     at::Tensor bytes = bytesOf(data);
     return fromRootOnLinks(bytes, root, LeaderLinks::Kind::kData);
   }

@@ -50,23 +50,26 @@ class InterHostEngine {
   }
 
   // Byte-level operations (asynchronous; wait() completes them).
+  // `alone` (every one of them): the caller has no other operation of this engine in flight,
+  // so the links carry it where this engine has them (they move bytes only while a thread
+  // waits, one operation at a time); every member must pass the same.
   // out (size() * in.numel() bytes) receives every member's `in`, in member order.
-  c10::intrusive_ptr<c10d::Work> allgather(at::Tensor& out, at::Tensor& in) const;
+  c10::intrusive_ptr<c10d::Work> allgather(at::Tensor& out, at::Tensor& in, bool alone = false)
+      const;
   // in and out: size() equal parts; member d receives part d of everyone's `in`, in order.
-  c10::intrusive_ptr<c10d::Work> alltoall(at::Tensor& out, at::Tensor& in) const;
+  c10::intrusive_ptr<c10d::Work> alltoall(at::Tensor& out, at::Tensor& in, bool alone = false)
+      const;
   // Like alltoall, with per-member part sizes (bytes).
   c10::intrusive_ptr<c10d::Work> alltoall(
       at::Tensor& out,
       at::Tensor& in,
       std::vector<int64_t> outSplits,
-      std::vector<int64_t> inSplits) const;
-  // `alone`: as allgatherBlocks'.
+      std::vector<int64_t> inSplits,
+      bool alone = false) const;
   c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& data, int root, bool alone = false) const;
   // Member m's block of `out` is bytes [offsets[m], offsets[m + 1]) (blocks may differ in
-  // size); this member's is in place already, and every member receives every other's.
-  // `alone`: the caller has no other operation of this engine in flight, so the links carry it
-  // where this engine has them (they move bytes only while a thread waits); else the engine's
-  // all-to-all does, of a copy of our block for every member.
+  // size); this member's is in place already, and every member receives every other's: on the
+  // links (`alone`), else by the engine's all-to-all of a copy of our block for every member.
   c10::intrusive_ptr<c10d::Work> allgatherBlocks(
       at::Tensor& out, const std::vector<int64_t>& offsets, bool alone) const;
   // A broadcast's one-way record (agreement.hpp, agreeOneWay): member `root` sends `record`,
@@ -131,6 +134,10 @@ class InterHostEngine {
   std::optional<std::string> stuckCallMismatch(const OpContext& ctx, bool& told) const;
   // Why the engine failed, for the message: the peer it names, if any.
   std::string describeFailure(const std::string& engineError) const;
+  // Whether a byte-level operation goes on the links.
+  bool onLinks(bool alone) const {
+    return links_ && (alone || dataOnLinks_);
+  }
   // The byte-level operations on the links (dataOnLinks_). Splits: bytes per member, empty for
   // equal parts.
   c10::intrusive_ptr<c10d::Work> alltoallOnLinks(

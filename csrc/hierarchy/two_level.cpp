@@ -228,6 +228,12 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, bool anyOr
 // Two members exchange whole chunks below 32 MiB because one round trip beats the all-to-all's
 // two and the engine's ring's two steps; beyond two, large chunks keep the engine's allreduce
 // because there it beats the all-to-all (docs/benchmarks.md, "The cross-host exchange").
+//
+// `blocking`: where the engine has links (the leaders', or a rail's), the exchange, the fold
+// and the gather of a chunk that is not the engine's own allreduce all run in exchange(), on
+// this thread, the links carrying the bytes: the pipeline runs that stage as its blocking one
+// (pipeline.hpp), the host level working on other chunks meanwhile. gloo's operations cost
+// each chunk two thread hand-offs a side.
 class CrossHostReduction {
  public:
   CrossHostReduction(
@@ -235,12 +241,19 @@ class CrossHostReduction {
       const OpContext& ctx,
       const ReduceSpec& spec,
       int chunks,
-      bool wholeMessage = false)
+      bool wholeMessage = false,
+      bool blocking = false)
       : engine_(engine),
         ctx_(ctx),
         spec_(crossSpec(spec)),
         native_(engineReduction(spec_, wholeMessage || engine.size() == 2)),
+        onLinks_(blocking && engine.hasLinks()),
         chunks_(chunks) {}
+
+  // Whether exchange() runs on the links, to completion (the pipeline's blocking stage).
+  bool onLinks() const {
+    return onLinks_;
+  }
 
   // Whether a chunk of `bytes` is exchanged as an all-to-all of equal pieces, one per member
   // (its element count must then divide into them).
@@ -253,7 +266,15 @@ class CrossHostReduction {
     k.data = data;
     const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
     k.native = native(bytes);
-    if (engine_.size() == 2 && !k.native) {
+    if (k.native) {
+      std::vector<at::Tensor> tensors{data};
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = *native_;
+      opts.timeout = ctx_.timeout;
+      return waitEngine(engine_, ctx_, engine_->allreduce(tensors, opts));
+    }
+    Pending exchanged;
+    if (engine_.size() == 2) {
       // Send all of ours to the other member, nothing to ourselves.
       const int64_t n = static_cast<int64_t>(bytes);
       const int me = engine_.rank();
@@ -262,30 +283,59 @@ class CrossHostReduction {
       k.pieces = at::empty_like(data); // the other member's chunk
       at::Tensor out = bytesOf(k.pieces);
       at::Tensor in = bytesOf(data);
-      return waitEngine(engine_, ctx_, engine_.alltoall(out, in, sends, sends));
+      exchanged = waitEngine(engine_, ctx_, engine_.alltoall(out, in, sends, sends, onLinks_));
+    } else {
+      k.pieces = at::empty_like(data);
+      at::Tensor out = bytesOf(k.pieces);
+      at::Tensor in = bytesOf(data);
+      exchanged = waitEngine(engine_, ctx_, engine_.alltoall(out, in, onLinks_));
     }
-    if (k.native) {
-      std::vector<at::Tensor> tensors{data};
-      c10d::AllreduceOptions opts;
-      opts.reduceOp = *native_;
-      opts.timeout = ctx_.timeout;
-      return waitEngine(engine_, ctx_, engine_->allreduce(tensors, opts));
+    if (!onLinks_) {
+      return exchanged;
     }
-    k.pieces = at::empty_like(data);
-    at::Tensor out = bytesOf(k.pieces);
-    at::Tensor in = bytesOf(data);
-    return waitEngine(engine_, ctx_, engine_.alltoall(out, in));
+    exchanged();
+    foldChunk(k);
+    if (Pending gathered = gatherChunk(k)) {
+      gathered();
+    }
+    k = Chunk();
+    k.done = true;
+    return nullptr;
   }
 
   Pending fold(int c) {
     Chunk& k = chunks_[c];
+    if (k.done) {
+      return nullptr;
+    }
+    foldChunk(k);
+    return nullptr;
+  }
+
+  Pending gather(int c) {
+    Chunk& k = chunks_[c];
+    Pending pending = k.done ? nullptr : gatherChunk(k);
+    k = Chunk();
+    return pending;
+  }
+
+ private:
+  struct Chunk {
+    at::Tensor data;
+    bool native = false;
+    bool done = false; // exchanged, folded and gathered on the links
+    at::Tensor pieces;
+    at::Tensor folded;
+  };
+
+  void foldChunk(Chunk& k) const {
     if (k.native) {
       if (spec_.divisor != 1) {
         ReduceSpec divide = spec_;
         divide.kind = ReduceKind::kSum;
         two_level::fold(divide, k.data.data_ptr(), {k.data.data_ptr()}, k.data.numel());
       }
-      return nullptr;
+      return;
     }
     const int members = engine_.size();
     if (members == 2) { // the exchange
@@ -295,7 +345,7 @@ class CrossHostReduction {
       two_level::fold(spec_, k.data.data_ptr(), {first ? mine : theirs, first ? theirs : mine},
                       k.data.numel());
       k.pieces = at::Tensor();
-      return nullptr;
+      return;
     }
     const int64_t piece = k.data.numel() / members;
     k.folded = at::empty({piece}, k.data.options());
@@ -304,29 +354,17 @@ class CrossHostReduction {
       srcs.push_back(bytePtr(k.pieces) + m * piece * k.data.element_size());
     }
     two_level::fold(spec_, k.folded.data_ptr(), srcs, piece);
-    return nullptr;
   }
 
-  Pending gather(int c) {
-    Chunk& k = chunks_[c];
+  Pending gatherChunk(Chunk& k) const {
     if (k.native || engine_.size() == 2) {
-      k = Chunk();
       return nullptr;
     }
     at::Tensor out = bytesOf(k.data);
     at::Tensor in = bytesOf(k.folded);
-    Pending pending = waitEngine(engine_, ctx_, engine_.allgather(out, in));
-    k = Chunk();
-    return pending;
+    return waitEngine(engine_, ctx_, engine_.allgather(out, in, onLinks_));
   }
 
- private:
-  struct Chunk {
-    at::Tensor data;
-    bool native = false;
-    at::Tensor pieces;
-    at::Tensor folded;
-  };
   bool native(size_t bytes) const {
     return native_.has_value() &&
         bytes >= (engine_.size() == 2 ? kTwoMembersEngineAllreduceMinBytes
@@ -337,6 +375,7 @@ class CrossHostReduction {
   const OpContext& ctx_;
   const ReduceSpec spec_;
   const std::optional<c10d::ReduceOp> native_;
+  const bool onLinks_;
   std::vector<Chunk> chunks_;
 };
 
@@ -356,7 +395,7 @@ void allreduceOnRails(
   const Chunking plan(
       flat.numel(), int64_t{L} * H * lineElements(flat.element_size()), levels.settings,
       flat.element_size());
-  CrossHostReduction across(*levels.rail, ctx, spec, plan.count);
+  CrossHostReduction across(*levels.rail, ctx, spec, plan.count, false, /*blocking=*/true);
   struct State {
     ChunkBuffer buffer;
     at::Tensor shard; // this rank's part of the chunk
@@ -397,7 +436,8 @@ void allreduceOnRails(
            s.buffer.finish();
            s = State(); // the chunk's buffers go as soon as it is done
          };
-       }});
+       }},
+      across.onLinks() ? 1 : -1, [&] { levels.host.expedite(); });
 }
 
 // Through the leaders, an allreduce's chunks are up to this many times inter_host_chunk_bytes:
@@ -422,7 +462,7 @@ void allreduceThroughLeaders(
   const bool alone = levels.host.size() == 1;
   std::optional<CrossHostReduction> across;
   if (leader) {
-    across.emplace(*levels.rail, ctx, spec, plan.count);
+    across.emplace(*levels.rail, ctx, spec, plan.count, false, /*blocking=*/true);
   }
   std::vector<ChunkBuffer> buffers(plan.count);
   runPipeline(
@@ -453,7 +493,8 @@ void allreduceThroughLeaders(
            buffers[c].finish();
            buffers[c] = ChunkBuffer();
          };
-       }});
+       }},
+      across && across->onLinks() ? 1 : -1, [&] { levels.host.expedite(); });
 }
 
 // One rank per host: the cross-host reduction of the whole message in one operation (the

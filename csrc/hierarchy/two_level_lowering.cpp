@@ -184,13 +184,17 @@ TwoLevelLowering::TwoLevelLowering(
     // (agreement.hpp, agreeOneWay), so leaders that called different collectives may meet
     // nobody there.
     rail_->compareStuckCalls(topology_.localRank() == 0);
-    if (topology_.localRank() == 0 && linksBetweenHosts()) {
-      // One rank per host runs one engine operation at a time (no pipeline): its data goes
-      // on the links too.
+    if (linksBetweenHosts()) {
+      // The leaders' links carry the agreement's records. Every rail gets its own (uniform
+      // hosts: rail k links the hosts' local ranks k), for the pipelines' cross-host stages run
+      // to completion on this thread (pipeline.hpp, a blocking stage). One rank per host runs
+      // one engine operation at a time (no pipeline): all its data goes on the links.
+      const int railIndex = topology_.uniform() ? topology_.localRank() : 0;
       std::unique_ptr<LeaderLinks> links;
       try {
-        links = std::make_unique<LeaderLinks>(store, topology_.rail(0), topology_.host(),
-                                              topology_.addresses(), options_->timeout);
+        links = std::make_unique<LeaderLinks>(store, topology_.rail(railIndex),
+                                              topology_.host(), topology_.addresses(),
+                                              options_->timeout);
       } catch (const std::exception& e) {
         C10_THROW_ERROR(DistBackendError,
                         c10::str("dummy_collectives: rank ", rank, " (",
