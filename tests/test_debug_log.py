@@ -254,7 +254,9 @@ def test_the_least_chunk_size_is_measured_or_set_and_the_same_on_every_rank(
     for r in range(4):
         log = job[r].log
         plan = require_line(log, r"are pipelined in at least 8 chunks of (\S+ [KM]iB) to "
-                            r"inter_host_chunk_bytes 1 MiB \((.*)\)$", "pipeline plan")  # fmt: skip
+                            r"inter_host_chunk_bytes 1 MiB \((.*)\), each chunk's cross-host "
+                            r"stage on this rail's links, driven by the waiting thread$",
+                            "pipeline plan")  # fmt: skip
         plans.add(plan)
         done = require_line(log, rf"DUMMY TRACE allreduce #1 of 262144 Float elements with SUM "
                             rf"\(1 MiB\) in group {re.escape(job[r].value)}: on the rails, "

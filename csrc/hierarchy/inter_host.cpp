@@ -81,8 +81,10 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(
     // `in` itself to every other member (nothing copied to send), into its part of theirs.
     auto work = toEveryOtherOnLinks(LeaderLinks::Kind::kData, in,
                                     [&](int m) { return out.narrow(0, m * n, n); });
-    std::memcpy(static_cast<std::byte*>(out.data_ptr()) + rank() * n, in.data_ptr(),
-                static_cast<size_t>(n));
+    auto* ours = static_cast<std::byte*>(out.data_ptr()) + rank() * n;
+    if (ours != in.data_ptr()) { // in place: `in` is our part of `out`
+      std::memcpy(ours, in.data_ptr(), static_cast<size_t>(n));
+    }
     return work;
   }
   if (size() == 2) {

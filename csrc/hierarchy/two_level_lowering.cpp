@@ -296,7 +296,12 @@ void TwoLevelLowering::logCreation(int me) const {
                                        levels_->settings.linkGbitPerSecond, " Gbit/s at "
                                        "creation: chunks as small as ",
                                        bytes(kSlowLinkMinChunkBytes), " below ",
-                                       kSlowLinkBitsPerSecond / 1e9, " Gbit/s)")));
+                                       kSlowLinkBitsPerSecond / 1e9, " Gbit/s)"),
+                        linksBetweenHosts()
+                            ? c10::str(", each chunk's cross-host stage on ",
+                                       topology_.uniform() ? "this rail's" : "the leaders'",
+                                       " links, driven by the waiting thread")
+                            : std::string()));
   DC_LOG(kInfo, me, "cross-host records: ",
          linksBetweenHosts()
              ? "the hosts' leaders' own TCP connections, read by the waiting thread (inter_host_links)"
