@@ -161,9 +161,10 @@ def test_min_max_keep_nan_from_any_rank_across_hosts(
 
 
 def large_allreduces(numel: int) -> list[str]:
-    """Allreduces of ``numel`` elements between two hosts of one rank (from 32 MiB they run on
-    gloo's own allreduce, below it the hosts swap whole messages): SUM, AVG and MAX of float32,
-    SUM of int64 and float16, each against the exact result, and the same bits on both ranks."""
+    """Allreduces of ``numel`` elements between two hosts of one rank (on the leaders' links, in
+    segments of 4 MiB: each host folds half of each and sends it back): SUM, AVG and MAX of
+    float32, SUM of int64 and float16, each against the exact result, and the same bits on both
+    ranks."""
     failures: list[str] = []
     rank = harness.rank()
     with spanning_group([0, 1]) as group:
@@ -187,8 +188,8 @@ def large_allreduces(numel: int) -> list[str]:
     return failures
 
 
-@pytest.mark.parametrize("numel", [(32 << 20) // 4 + 5, (32 << 20) // 4 - 5],
-                         ids=["from-32MiB-gloo", "below-32MiB-swap"])  # fmt: skip
+@pytest.mark.parametrize("numel", [(32 << 20) // 4 + 5, (9 << 20) // 4 - 5],
+                         ids=["32MiB-and-a-padded-segment", "last-segment-short"])  # fmt: skip
 def test_large_allreduces_between_hosts_of_one_rank_are_exact(
     pool: support.PoolFactory, numel: int
 ) -> None:

@@ -231,10 +231,10 @@ def test_trace_writes_a_line_per_operation(log_env: pytest.MonkeyPatch) -> None:
         group = re.escape(hosts_group)
         require_line(log, rf"DUMMY TRACE allreduce #1 of 4 Float elements with SUM \(16 B\) in "
                      rf"group {group}: inline with the agreement; done", "inline")  # fmt: skip
-        # One rank per host: the plan sends large messages whole (no pipeline).
+        # One rank per host: no pipeline; two hosts reduce in segments on the leaders' links.
         require_line(log, rf"DUMMY TRACE allreduce #2 of 262144 Float elements with SUM \(1 MiB\) "
-                     rf"in group {group}: one rank per host, whole message; done",
-                     "whole message")  # fmt: skip
+                     rf"in group {group}: one rank per host, in segments on the links; done",
+                     "segments on the links")  # fmt: skip
         assert len(traced) == len(done) + 1 + 2, "\n".join(traced)
 
 

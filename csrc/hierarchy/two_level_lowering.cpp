@@ -283,9 +283,12 @@ void TwoLevelLowering::logCreation(int me) const {
          " ride with the agreement (one exchange); larger messages ",
          levels_->oneRankPerHost()
              ? c10::str("cross hosts whole, in one engine operation",
-                        linksBetweenHosts() ? " on the leaders' links (gloo's own allreduce "
-                                              "where its ring is faster)"
-                                            : "",
+                        !linksBetweenHosts()       ? ""
+                            : topology_.hostCount() == 2 ? " on the leaders' links (allreduce in "
+                                                           "4 MiB segments, half folded on each "
+                                                           "host)"
+                                                         : " on the leaders' links (gloo's own "
+                                                           "allreduce where its ring is faster)",
                         " (one rank per host: no in-host stage for a pipeline to overlap)")
              : c10::str("are pipelined in at least ", two_level::kMinChunks, " chunks of ",
                         bytes(levels_->settings.minChunkBytes), " to inter_host_chunk_bytes ",
