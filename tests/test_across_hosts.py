@@ -224,7 +224,9 @@ def test_broadcasts_of_every_size_and_root_across_hosts(
 ) -> None:
     # The root's host's record carries the data up to 16 KiB (every rank gets it with the
     # check) and up to 1 MiB (each host's leader shares it in shared memory); larger data
-    # follows the check, pipelined where hosts hold several ranks.
+    # follows the check, pipelined where hosts hold several ranks, along a chain of the hosts
+    # from the root's where three or more hosts hold one rank each (3x1: every root, chunks of
+    # 1 MiB with a short last one).
     sizes = [0, 5, 16 << 10, (16 << 10) + 1, 300_001, 1 << 20, (1 << 20) + 3, 3_000_017]
     results = pool(len(hosts_of)).run_ok(broadcasts_from_every_root, hosts_of, sizes)
     failures = [f"rank {r}: {f}" for r, fs in enumerate(results) for f in fs]

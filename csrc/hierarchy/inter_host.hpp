@@ -67,6 +67,10 @@ class InterHostEngine {
       std::vector<int64_t> inSplits,
       bool alone = false) const;
   c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& data, int root, bool alone = false) const;
+  // On the links (one operation, alone): sends `out` to member `to` and receives member `from`'s
+  // frame into `in`; -1 leaves either out. A step of a chain through the members.
+  c10::intrusive_ptr<c10d::Work> sendRecvOnLinks(
+      int to, const at::Tensor& out, int from, const at::Tensor& in) const;
   // Member m's block of `out` is bytes [offsets[m], offsets[m + 1]) (blocks may differ in
   // size); this member's is in place already, and every member receives every other's: on the
   // links (`alone`), else by the engine's all-to-all of a copy of our block for every member.

@@ -664,6 +664,42 @@ void reduce(
 // A pipelined broadcast's chunks are this many times inter_host_chunk_bytes.
 constexpr size_t kBroadcastChunkFactor = 4;
 
+// Hosts of one rank, three or more, on the leaders' links: a broadcast runs along a chain of
+// the hosts from the root's, in chunks, every host passing chunk c - 1 on while it receives
+// chunk c, so the root sends the message once where a broadcast from the root sends it to every
+// other host (gloo's too): on a link that limits, (chunks + H - 2) chunk times instead of
+// (H - 1) message times.
+constexpr int kChainMinHosts = 3;
+constexpr int64_t kChainChunkBytes = int64_t{1} << 20;
+
+void broadcastAlongChain(
+    const InterHostEngine& rail, const OpContext& ctx, at::Tensor& flat, int rootHost) {
+  debug_log::note("one rank per host, along a chain of the hosts");
+  const int H = rail.size();
+  const int at = (rail.rank() - rootHost + H) % H; // this host's place in the chain
+  const int prev = at > 0 ? (rail.rank() - 1 + H) % H : -1;
+  const int next = at < H - 1 ? (rail.rank() + 1) % H : -1;
+  const int64_t bytes = flat.numel();
+  const auto chunks = static_cast<int>(ceilDiv(bytes, kChainChunkBytes));
+  auto chunk = [&](int c) {
+    return flat.narrow(0, c * kChainChunkBytes, std::min(kChainChunkBytes, bytes - c * kChainChunkBytes));
+  };
+  // At step t the host at place p receives chunk t - p + 1 and passes chunk t - p on: what its
+  // predecessor sends at step t is what it receives then.
+  const at::Tensor none;
+  for (int step = 0; step < chunks + H - 2; ++step) {
+    const int in = step - at + 1;
+    const int out = step - at;
+    const bool receives = prev >= 0 && in >= 0 && in < chunks;
+    const bool sends = next >= 0 && out >= 0 && out < chunks;
+    if (receives || sends) {
+      rail.wait(rail.sendRecvOnLinks(sends ? next : -1, sends ? chunk(out) : none,
+                                     receives ? prev : -1, receives ? chunk(in) : none),
+                ctx);
+    }
+  }
+}
+
 void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
   const Topology& topology = levels.topology;
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
@@ -729,6 +765,10 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
     InterHostEngine& rail = *levels.rail;
     if (agreed.announced) {
       rail.wait(agreed.announced, ctx);
+    }
+    if (rail.hasLinks() && rail.size() >= kChainMinHosts) {
+      broadcastAlongChain(rail, ctx, flat, rootHost);
+      return;
     }
     rail.wait(rail.broadcast(flat, rootHost), ctx);
     return;

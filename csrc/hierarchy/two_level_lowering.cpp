@@ -288,7 +288,9 @@ void TwoLevelLowering::logCreation(int me) const {
                                                            "4 MiB segments, half folded on each "
                                                            "host)"
                                                          : " on the leaders' links (gloo's own "
-                                                           "allreduce where its ring is faster)",
+                                                           "allreduce where its ring is faster; "
+                                                           "broadcasts along a chain of the "
+                                                           "hosts)",
                         " (one rank per host: no in-host stage for a pipeline to overlap)")
              : c10::str("are pipelined in at least ", two_level::kMinChunks, " chunks of ",
                         bytes(levels_->settings.minChunkBytes), " to inter_host_chunk_bytes ",
