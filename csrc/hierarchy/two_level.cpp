@@ -395,7 +395,8 @@ void allreduceOnRails(
   const Chunking plan(
       flat.numel(), int64_t{L} * H * lineElements(flat.element_size()), levels.settings,
       flat.element_size());
-  CrossHostReduction across(*levels.rail, ctx, spec, plan.count, false, /*blocking=*/true);
+  CrossHostReduction across(
+      *levels.rail, ctx, spec, plan.count, /*wholeMessage=*/false, /*blocking=*/true);
   struct State {
     ChunkBuffer buffer;
     at::Tensor shard; // this rank's part of the chunk
@@ -462,7 +463,8 @@ void allreduceThroughLeaders(
   const bool alone = levels.host.size() == 1;
   std::optional<CrossHostReduction> across;
   if (leader) {
-    across.emplace(*levels.rail, ctx, spec, plan.count, false, /*blocking=*/true);
+    across.emplace(
+        *levels.rail, ctx, spec, plan.count, /*wholeMessage=*/false, /*blocking=*/true);
   }
   std::vector<ChunkBuffer> buffers(plan.count);
   runPipeline(
@@ -497,9 +499,6 @@ void allreduceThroughLeaders(
       across && across->onLinks() ? 1 : -1, [&] { levels.host.expedite(); });
 }
 
-// One rank per host: the cross-host reduction of the whole message in one operation (the
-// engine's own allreduce where it computes what our kernels do, else one exchange and a fold),
-// PREMUL_SUM's factor applied first as the in-host stage would.
 // Two hosts of one rank on the leaders' links: an allreduce's segment (below).
 constexpr int64_t kLinksSegmentBytes = int64_t{4} << 20;
 
@@ -512,8 +511,10 @@ constexpr int64_t kLinksSegmentBytes = int64_t{4} << 20;
 // below 32 MiB and gloo's own allreduce from it (3 passes, 2 runs each): 4 MiB 0.97x / 1.25x ->
 // 1.67x / 1.52x gloo, 16 MiB 1.11x / 1.13x -> 1.33x / 1.66x, 64 MiB 1.32x / 0.86x -> 1.54x /
 // 1.25x; at 1 Gbit/s a tie either way. Three hosts sharing two cores lost (16 MiB 0.97x /
-// 1.22x -> 0.71x / 0.59x): every member then sends to and receives from two at once, where
-// gloo's ring talks to one neighbour; beyond two hosts gloo's ring stays.
+// 1.22x -> 0.71x / 0.59x), and so did a ring of send-receive steps on the links (16 MiB
+// 0.71-0.73x, 64 MiB 0.52-0.54x): every step waits for all three processes, one of which two
+// cores always leave waiting, where gloo's ring runs on threads and buffers of its own. Beyond
+// two hosts gloo's ring stays.
 void allreduceInSegmentsOnLinks(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
   debug_log::note("one rank per host, in segments on the links");
@@ -549,6 +550,10 @@ void allreduceInSegmentsOnLinks(
   }
 }
 
+// One rank per host: the cross-host reduction of the whole message (two hosts with links: in
+// segments, above; else in one operation: the engine's own allreduce where it computes what our
+// kernels do, else one exchange and a fold), PREMUL_SUM's factor applied first as the in-host
+// stage would.
 void allreduceOneRankPerHost(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
   if (spec.premul) {
