@@ -48,6 +48,14 @@ TIMEOUT = datetime.timedelta(seconds=60)
 LEARNING_RATE = 0.1
 
 
+def say(line: str) -> None:
+    """Prints `line` in one write: every rank shares the launcher's stdout, and where Python
+    runs unbuffered (PYTHONUNBUFFERED) print() writes the text and its newline apart, so another
+    rank's line could land between them."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def make_model() -> nn.Module:
     torch.manual_seed(0)  # every rank, and the replay, starts from the same weights
     return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1)).double()
@@ -107,7 +115,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP all-reduces the gradients here: a dead peer raises here
         except Exception as error:  # noqa: BLE001  (a DistBackendError, as any backend's)
-            print(f"rank {rank}: step {step} failed: {type(error).__name__}: {error}", flush=True)
+            say(f"rank {rank}: step {step} failed: {type(error).__name__}: {error}")
             ddp, step = recover(rank, model, step, report)
             continue  # redo the step on the survivors' group
         optimizer.step()
@@ -122,15 +130,14 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
     )
     report.update(steps=step, new_rank=dist.get_rank(), max_difference_from_replay=difference)
     if "lost" in report:
-        print(
+        say(
             f"rank {rank}: recovered from losing ranks {report['lost']}: shrink "
             f"{report['shrink_s']:.3f} s, first step on the {report['survivors']} survivors "
             f"{report['kill_to_first_step_s']:.3f} s after the kill; weights "
             f"{'equal' if difference <= 1e-12 else 'DIFFER FROM'} the replay (max difference "
-            f"{difference:.1e})",
-            flush=True,
+            f"{difference:.1e})"
         )
-    print(f"rank {rank}: RESULT {json.dumps(report)}", flush=True)
+    say(f"rank {rank}: RESULT {json.dumps(report)}")
     dist.destroy_process_group()
     store.add("finished", 1)
     if difference > 1e-12:
@@ -148,7 +155,7 @@ def recover(rank: int, model: nn.Module, step: int, report: dict[str, object]) -
     to go on from."""
     dead = dummy_collectives.dead_ranks()  # ranks of the failed group this rank knows gone
     error = dist.group.WORLD._get_backend(torch.device("cpu")).get_error()
-    print(f"rank {rank}: lost ranks {dead} ({error}); shrinking", flush=True)
+    say(f"rank {rank}: lost ranks {dead} ({error}); shrinking")
     started = time.time()
     dist.shrink_group(dead)  # only the survivors call it; the new group becomes the default
     report.update(lost=dead, shrink_s=time.time() - started, survivors=dist.get_world_size())
@@ -196,7 +203,7 @@ def main() -> int:
         while server.add("finished", 0) < world_size and time.monotonic() < deadline:
             time.sleep(0.1)
     codes = {r: p.exitcode for r, p in zip(ranks, processes, strict=True)}
-    print(f"node {args.node_rank}: exit codes by rank {codes}", flush=True)
+    say(f"node {args.node_rank}: exit codes by rank {codes}")
     survivors_ok = all(code == 0 for r, code in codes.items() if r != args.kill_rank)
     victim_killed = args.kill_rank not in codes or codes[args.kill_rank] == -signal.SIGKILL
     return 0 if survivors_ok and victim_killed else 1
