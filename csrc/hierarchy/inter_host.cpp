@@ -59,6 +59,13 @@ at::Tensor copiesOf(const at::Tensor& bytes, int count) {
   return copies;
 }
 
+void copyUnlessSame(const at::Tensor& to, const at::Tensor& from) {
+  const size_t bytes = static_cast<size_t>(from.numel()) * from.element_size();
+  if (bytes > 0 && to.data_ptr() != from.data_ptr()) {
+    std::memcpy(to.data_ptr(), from.data_ptr(), bytes);
+  }
+}
+
 InterHostEngine::InterHostEngine(
     c10::intrusive_ptr<c10d::Backend> backend,
     std::vector<int> members,
@@ -81,10 +88,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(
     // `in` itself to every other member (nothing copied to send), into its part of theirs.
     auto work = toEveryOtherOnLinks(LeaderLinks::Kind::kData, in,
                                     [&](int m) { return out.narrow(0, m * n, n); });
-    auto* ours = static_cast<std::byte*>(out.data_ptr()) + rank() * n;
-    if (ours != in.data_ptr()) { // in place: `in` is our part of `out`
-      std::memcpy(ours, in.data_ptr(), static_cast<size_t>(n));
-    }
+    copyUnlessSame(out.narrow(0, rank() * n, n), in);
     return work;
   }
   if (size() == 2) {
@@ -95,9 +99,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(
     splits[other] = n;
     at::Tensor theirs = out.narrow(0, other * n, n);
     auto work = alltoall(theirs, in, splits, splits);
-    std::memcpy(
-        static_cast<std::byte*>(out.data_ptr()) + rank() * n, in.data_ptr(),
-        static_cast<size_t>(n));
+    copyUnlessSame(out.narrow(0, rank() * n, n), in);
     return work;
   }
   // gloo answers an all-to-all of our bytes to every member faster than its all-gather of the

@@ -681,20 +681,21 @@ void broadcastAlongChain(
     const InterHostEngine& rail, const OpContext& ctx, at::Tensor& flat, int rootHost) {
   debug_log::note("one rank per host, along a chain of the hosts");
   const int H = rail.size();
-  const int at = (rail.rank() - rootHost + H) % H; // this host's place in the chain
-  const int prev = at > 0 ? (rail.rank() - 1 + H) % H : -1;
-  const int next = at < H - 1 ? (rail.rank() + 1) % H : -1;
+  const int place = (rail.rank() - rootHost + H) % H; // this host's place in the chain
+  const int prev = place > 0 ? (rail.rank() - 1 + H) % H : -1;
+  const int next = place < H - 1 ? (rail.rank() + 1) % H : -1;
   const int64_t bytes = flat.numel();
   const auto chunks = static_cast<int>(ceilDiv(bytes, kChainChunkBytes));
   auto chunk = [&](int c) {
-    return flat.narrow(0, c * kChainChunkBytes, std::min(kChainChunkBytes, bytes - c * kChainChunkBytes));
+    const int64_t begin = c * kChainChunkBytes;
+    return flat.narrow(0, begin, std::min(kChainChunkBytes, bytes - begin));
   };
   // At step t the host at place p receives chunk t - p + 1 and passes chunk t - p on: what its
   // predecessor sends at step t is what it receives then.
   const at::Tensor none;
   for (int step = 0; step < chunks + H - 2; ++step) {
-    const int in = step - at + 1;
-    const int out = step - at;
+    const int in = step - place + 1;
+    const int out = step - place;
     const bool receives = prev >= 0 && in >= 0 && in < chunks;
     const bool sends = next >= 0 && out >= 0 && out < chunks;
     if (receives || sends) {
@@ -873,14 +874,6 @@ bool hostOrderIsRankOrder(const Topology& topology) {
   return true;
 }
 
-// Copies `from` into `to` (same size), unless they are the same memory (an in-place call).
-void copyUnlessSame(const at::Tensor& to, const at::Tensor& from) {
-  const size_t bytes = static_cast<size_t>(from.numel()) * from.element_size();
-  if (bytes > 0 && to.data_ptr() != from.data_ptr()) {
-    std::memcpy(to.data_ptr(), from.data_ptr(), bytes);
-  }
-}
-
 // The all-gather of `mine` over the rail (whose members are the hosts, in order): host h's
 // piece lands in slotOf(h) (ours is there already). Two members swap straight into place; more
 // gather into one tensor (gloo's all-to-all wants one), copied into place after the wait.
@@ -943,8 +936,8 @@ void allgatherThroughLeaders(
       mine = mine.clone(); // in place (as FSDP calls it): the step reads what it writes
     }
     levels.host.allgather(ctx, hostBlock, mine, InHostLevel::Step::kFollowing)();
-  } else if (mine.data_ptr() != hostBlock.data_ptr()) {
-    std::memcpy(bytePtr(hostBlock), bytePtr(mine), static_cast<size_t>(bytes));
+  } else {
+    copyUnlessSame(hostBlock, mine);
   }
   if (levels.leader()) {
     const InterHostEngine& leaders = *levels.rail; // the leaders' rail lists hosts in order

@@ -199,8 +199,8 @@ TwoLevelLowering::TwoLevelLowering(
         C10_THROW_ERROR(DistBackendError,
                         c10::str("dummy_collectives: rank ", rank, " (",
                                  topology_.describeHost(topology_.host()), "): ", errorText(e),
-                                 " (DUMMY_COLLECTIVES_INTER_HOST_LINKS=0 sends the records "
-                                 "through gloo)"));
+                                 " (DUMMY_COLLECTIVES_INTER_HOST_LINKS=0 sends everything "
+                                 "between hosts through gloo)"));
       }
       rail_->useLinks(std::move(links), /*carryData=*/topology_.oneRankPerHost());
     }
