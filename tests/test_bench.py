@@ -17,7 +17,7 @@ import pytest
 import support
 
 from dummy_collectives import namespaced_hosts
-from dummy_collectives.bench import host_launch, host_targets, hosts, targets
+from dummy_collectives.bench import host_launch, host_plans, host_targets, hosts, targets
 from dummy_collectives.bench.cli import build_hosts_plan, build_plan, parser
 from dummy_collectives.bench.host_layouts import HostLayout, parse_layout, parse_layouts, uniform
 from dummy_collectives.bench.host_passes import summarize
@@ -299,7 +299,9 @@ def test_bench_across_layouts_under_torchrun_reports_a_table_per_layout(tmp_path
         assert ratio.endswith("x") and float(ratio[:-1]) > 0, (label, row)
         low, high = (float(x) for x in spread.removesuffix("x").split("-"))
         assert low <= float(ratio[:-1]) <= high, (label, row)
-        assert row[-1] in ("PASS", "FAIL"), (label, row)
+        verdict, need, plan = row[-3:]
+        assert verdict in ("PASS", "FAIL") and need.endswith("x"), (label, row)
+        assert plan == "inline with the agreement", (label, row)  # the probe's TRACE line
     across = json.loads((tmp_path / "results.json").read_text())["across_hosts"]
     assert [r["layout"] for r in across["layouts"]] == ["2x1", "1+2"], across
     for layout in across["layouts"]:
@@ -468,13 +470,16 @@ def _verdict(
     size: int = 4,
     collective: str = "allreduce",
     rate: float | None = None,
+    plan: str | None = None,
 ) -> host_targets.LayoutVerdict:
-    """The verdict on one point of ``layout`` measured in one pass per pair of times."""
+    """The verdict on one point of ``layout`` measured in one pass per pair of times, dummy's
+    debug log having noted ``plan`` there (None: not probed)."""
     passes = [
         [_timed("dummy", size, d, collective), _timed("gloo", size, g, collective)]
         for d, g in zip(dummy_times, gloo_times, strict=True)
     ]
-    (verdict,) = host_targets.evaluate(parse_layout(layout), summarize(passes), rate)
+    plans = {} if plan is None else {(collective, size): plan}
+    (verdict,) = host_targets.evaluate(parse_layout(layout), summarize(passes), rate, plans)
     return verdict
 
 
@@ -522,6 +527,96 @@ def test_targets_per_layout_on_shaped_links_need_85_percent_of_the_link_bound() 
         "2x1", [bound] * 3, [2 * bound] * 3, size=size, rate=rate, collective="broadcast"
     )
     assert other.verdict == targets.PASS and len(other.parts) == 1, other.parts
+
+
+def test_targets_allow_0_95x_only_where_dummy_runs_gloos_own_call() -> None:
+    """The issue's allowance: one rank per host, dummy's debug log saying it ran gloo's own
+    call, 0.95x; any other plan, or hosts that share, keep their target."""
+    own = "one rank per host, whole message, gloo's own allreduce"
+    dummy, gloo = [1e-3] * 3, [0.96e-3] * 3  # 0.96x
+    assert _verdict("3x1", dummy, gloo).verdict == targets.FAIL
+    allowed = _verdict("3x1", dummy, gloo, plan=own)
+    assert allowed.verdict == targets.PASS and allowed.need == pytest.approx(0.95), allowed.parts
+    assert f"dummy runs gloo's own call ({own})" in allowed.parts[0], allowed.parts
+    assert allowed.plan == own
+    assert _verdict("3x1", dummy, [0.94e-3] * 3, plan=own).verdict == targets.FAIL
+    other = _verdict("3x1", dummy, gloo, plan="one rank per host, in segments on the links")
+    assert other.verdict == targets.FAIL and other.need == pytest.approx(1.0), other.parts
+    shared = _verdict("2x2", dummy, [1.45e-3] * 3, plan="gloo's own alltoall over every rank")
+    assert shared.verdict == targets.FAIL and shared.need == pytest.approx(1.5), shared.parts
+
+
+@pytest.mark.parametrize(
+    ("layout", "collective", "ratio"),
+    [
+        ("2x1", "allreduce", 1.0),  # each host's link: N for gloo's ring and for any plan
+        ("3x1", "allreduce", 1.0),
+        ("2x2", "allreduce", 1.5),  # gloo's ring 2(4-1)/4 N = 1.5 N, two hosts N
+        ("3+1", "allreduce", 1.5),
+        ("2x1", "allgather", 1.0),
+        ("3x1", "allgather", 1.0),  # a host receives 2 of 3 blocks either way
+        ("2x2", "allgather", 1.5),  # gloo 3/4 of the output, a host's own half at least
+        ("3+1", "allgather", 1.0),  # the 3-rank host sends its 3/4 either way
+        ("2x2", "broadcast", None),  # not modelled: its targets stand
+    ],
+)
+def test_the_wires_ratio_is_gloos_link_bytes_over_the_least_a_plan_needs(
+    layout: str, collective: str, ratio: float | None
+) -> None:
+    """gloo's ring's bytes over a host's link against the least any plan must move there."""
+    got = host_targets.wire_ratio(collective, parse_layout(layout))
+    assert got == (None if ratio is None else pytest.approx(ratio)), got
+
+
+def test_shaped_links_cap_the_ratio_targets_at_0_95_of_the_wires_ratio() -> None:
+    """From 1 MiB on a shaped link, where the wire's ratio is below a target, 0.95 of it is
+    needed instead; below 1 MiB, unshaped, or not modelled, the targets stand."""
+    rate, size = 1e9, 16 << 20
+    dummy = [1e-2] * 3
+    capped = _verdict("2x2", dummy, [1.45e-2] * 3, size=size, rate=rate)
+    assert capped.verdict == targets.PASS and capped.need == pytest.approx(1.425), capped.parts
+    assert "the link decides" in capped.parts[0] and "1.5x at best" in capped.parts[0]
+    assert _verdict("2x2", dummy, [1.40e-2] * 3, size=size, rate=rate).verdict == targets.FAIL
+    tie = _verdict("2x1", dummy, [0.97e-2] * 3, size=size, rate=rate, collective="allgather")
+    assert tie.verdict == targets.PASS and tie.need == pytest.approx(0.95), tie.parts
+    small = _verdict("2x2", dummy, [1.45e-2] * 3, size=64 << 10, rate=rate)
+    assert small.verdict == targets.FAIL and small.need == pytest.approx(1.5), small.parts
+    unshaped = _verdict("2x1", dummy, [0.97e-2] * 3, size=size, collective="allgather")
+    assert unshaped.verdict == targets.FAIL and unshaped.need == pytest.approx(1.0)
+    broadcast = _verdict("2x2", dummy, [1.45e-2] * 3, size=size, rate=rate, collective="broadcast")
+    assert broadcast.verdict == targets.FAIL and broadcast.need == pytest.approx(1.5)
+
+
+def test_the_plan_probe_reads_rank_0s_trace_line_of_each_point() -> None:
+    """Rank 0's TRACE lines give each (collective, size) its notes: the last line of the
+    collective's operation over the point's input or output element count; other ranks'
+    lines, other sizes and other collectives do not."""
+    prefix = "[host0] host0:1:1 [rank 0] DUMMY TRACE"
+    lines = [
+        f"{prefix} allreduce #1 of 1 Float elements with SUM (4 B) in group 0: inline with the "
+        "agreement; done in 435.5 us",
+        f"{prefix} allreduce #4 of 1048576 Float elements with SUM (4 MiB) in group 0: one rank "
+        "per host, whole message, gloo's own allreduce; done in 28744.8 us",
+        "[host1] host1:2:2 [rank 1] DUMMY TRACE allreduce #4 of 1048576 Float elements with SUM "
+        "(4 MiB) in group 0: something else; done in 1.0 us",
+        f"{prefix} _allgather_base #6 of 349525 Float elements (1.3 MiB) in group 0: one rank "
+        "per host, all-to-all of the input; done in 31974.7 us",
+        f"{prefix} broadcast #7 of 1 Float elements from root 0 (4 B) in group 0: done in 9.0 us",
+        f"{prefix} broadcast #8 of 1 Float elements from root 0 (4 B) in group 0: one way, in the "
+        "root's record; failed after 9.0 us",
+    ]
+    plans = host_plans.plans_from_lines(
+        lines, ["allreduce", "allgather", "broadcast"], [4, 4 << 20], world_size=3
+    )
+    assert plans == {
+        ("allreduce", 4): "inline with the agreement",
+        ("allreduce", 4 << 20): "one rank per host, whole message, gloo's own allreduce",
+        ("allgather", 4 << 20): "one rank per host, all-to-all of the input",
+        ("broadcast", 4): "one way, in the root's record",
+    }, plans
+    assert host_targets.runs_gloos_own_call(plans[("allreduce", 4 << 20)])
+    assert not host_targets.runs_gloos_own_call(plans[("allreduce", 4)])
+    assert host_plans.probe_plan(build_plan(parser().parse_args([]))).backends == ("dummy",)
 
 
 class _Exited:

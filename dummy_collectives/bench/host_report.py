@@ -56,6 +56,8 @@ class LayoutRun:
     points: list[PointSummary] = field(default_factory=list)
     verdicts: list[LayoutVerdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # dummy's debug-log notes per (collective, size), from the untimed probe (host_plans).
+    plans: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def row(self, point: PointSummary, link_bits_per_s: float | None) -> dict[str, Any]:
         """One row of the layout's table, as numbers (None where not measured or defined)."""
@@ -76,6 +78,7 @@ class LayoutRun:
             dummy = point.median_s(DUMMY)
             row["link_bound_s"] = bound
             row["dummy_of_bound"] = bound / dummy if dummy else None
+        row["dummy_plan"] = self.plans.get((point.collective, point.size))
         return row
 
     def to_dict(self, link_bits_per_s: float | None) -> dict[str, Any]:
@@ -195,7 +198,7 @@ class AcrossHosts:
         head = ["collective", "size", "dummy median", "gloo median", "gloo/dummy median"]
         head += ["spread (min-max)", "dummy busbw GB/s", "gloo busbw GB/s"]
         head += ["link bound", "dummy of bound"] if shaped else []
-        head += ["target"]
+        head += ["target", "need", "dummy's plan (debug log)"]
         lines = [title, "", "| " + " | ".join(head) + " |"]
         lines.append("|" + "|".join("---" for _ in head) + "|")
         verdicts = {(v.collective, v.size): v for v in layout_run.verdicts}
@@ -213,6 +216,10 @@ class AcrossHosts:
                 cells.append(f"{100 * of_bound:.3g}%" if of_bound is not None else "–")
             verdict = verdicts.get((point.collective, point.size))
             cells.append(verdict.verdict if verdict is not None else "n.a.")
+            need = verdict.need if verdict is not None else None
+            cells.append(f"{need:.3g}x" if need is not None else "–")
+            plan = row["dummy_plan"]
+            cells.append(plan if plan else ("–" if plan is None else "(no note)"))
             lines.append("| " + " | ".join(cells) + " |")
         return lines + [""]
 

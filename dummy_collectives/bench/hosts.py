@@ -11,7 +11,8 @@ host, or one process per rank) and runs :mod:`.host_rank`: the one-host mode's m
 (:func:`.runner.run_rank`), with dummy as the default group, which spans the hosts, and gloo
 over the same ranks as the baseline. A layout's passes run back to back; the report gives
 each point the median over the passes and the spread of the per-pass ratio (:mod:`.host_passes`)
-and evaluates the targets per layout (:mod:`.host_targets`).
+and evaluates the targets per layout (:mod:`.host_targets`), knowing from one more, untimed
+launch what dummy chose at each point (its debug log, :mod:`.host_plans`).
 
 A rank (or host) that raises, dies or hangs ends its layout's pass and the layout: the notes
 say why, the passes measured so far are kept (each point says over how many passes its median
@@ -37,6 +38,7 @@ from dummy_collectives.bench import host_targets
 from dummy_collectives.bench.host_launch import run_pass
 from dummy_collectives.bench.host_layouts import HostLayout
 from dummy_collectives.bench.host_passes import summarize
+from dummy_collectives.bench.host_plans import probe
 from dummy_collectives.bench.host_report import AcrossHosts, LayoutRun
 from dummy_collectives.bench.machine import machine_info
 from dummy_collectives.bench.plan import HostsPlan
@@ -104,6 +106,13 @@ def _measure_layout(
                 if left:
                     _note(data, run, f"the layout ended with pass {index + 1}: {left} not run")
                 break
+        if run.passes and any(r.ok for r in run.passes[0]):
+            _say(f"[{label}] dummy's plan at each point (its debug log, one untimed run)")
+            env = rank_environment()
+            run.plans, texts = probe(hosts, layout, hplan.launch, hplan.plan, port, folder, env)
+            port += 1
+            for text in texts:
+                _note(data, run, text)
     return port
 
 
@@ -116,7 +125,7 @@ def _measure(hplan: HostsPlan, data: RunData, across: AcrossHosts, rate: float |
             across.layouts.append(run)
             port = _measure_layout(hplan, layout, data, run, Path(folder), port)
             run.points = summarize(run.passes)
-            run.verdicts = host_targets.evaluate(layout, run.points, rate)
+            run.verdicts = host_targets.evaluate(layout, run.points, rate, run.plans)
 
 
 def run(hplan: HostsPlan, out: Path, plot_png: bool = True) -> int:
