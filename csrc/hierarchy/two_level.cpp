@@ -885,11 +885,13 @@ bool hostOrderIsRankOrder(const Topology& topology) {
 // The all-gather of `mine` over the rail (whose members are the hosts, in order): host h's
 // piece lands in slotOf(h) (ours is there already). Two members swap straight into place; more
 // gather into one tensor (gloo's all-to-all wants one), copied into place after the wait.
+// `onLinks`: two members swap on the rail's links (`alone`: nothing else of the rail's in flight).
 Pending railAllgather(
     const InterHostEngine& rail,
     const OpContext& ctx,
     const at::Tensor& mine,
-    const std::function<at::Tensor(int)>& slotOf) {
+    const std::function<at::Tensor(int)>& slotOf,
+    bool onLinks = false) {
   at::Tensor in = bytesOf(mine);
   const int64_t bytes = in.numel();
   if (rail.size() == 2) {
@@ -897,7 +899,7 @@ Pending railAllgather(
     std::vector<int64_t> splits(2, 0);
     splits[other] = bytes;
     at::Tensor theirs = bytesOf(slotOf(other));
-    return waitEngine(rail, ctx, rail.alltoall(theirs, in, splits, splits));
+    return waitEngine(rail, ctx, rail.alltoall(theirs, in, splits, splits, onLinks));
   }
   at::Tensor all = at::empty({bytes * rail.size()}, at::kByte);
   Pending gathered = waitEngine(rail, ctx, rail.allgather(all, in));
@@ -1009,15 +1011,28 @@ void allgatherData(
     }
     return perRank;
   };
+  // Two hosts swap on their rail's links, this thread moving the bytes while the host level
+  // gathers the host's own pieces (issued first, and started at once): the first stage is the
+  // pipeline's blocking one. It issues an in-host step too, in the same place on every rank
+  // (every rail has links or none), so every rank still issues the host's steps in one order.
+  const bool swapOnLinks = rail.size() == 2 && rail.hasLinks();
   runPipeline(
       plan.count,
       {[&](int c) -> Pending {
          at::Tensor mine = pieceOf(topology.rank(), c);
          copyUnlessSame(mine, in.narrow(0, plan.begin(c), plan.length(c)));
-         Pending across = railAllgather(
-             rail, ctx, mine, [&](int h) { return pieceOf(topology.ranksOn(h)[k], c); });
          Pending inHost =
              levels.host.allgather(ctx, hostPieces(me, c), mine, InHostLevel::Step::kFollowing);
+         if (swapOnLinks) {
+           levels.host.expedite();
+         }
+         Pending across = railAllgather(
+             rail, ctx, mine, [&](int h) { return pieceOf(topology.ranksOn(h)[k], c); },
+             swapOnLinks);
+         if (swapOnLinks) {
+           across();
+           return inHost;
+         }
          return [across, inHost] {
            across();
            inHost();
@@ -1037,7 +1052,8 @@ void allgatherData(
              step();
            }
          };
-       }});
+       }},
+      swapOnLinks ? 0 : -1, [&] { levels.host.expedite(); });
 }
 
 void allgather(
