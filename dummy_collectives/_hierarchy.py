@@ -91,9 +91,10 @@ def create(
     everyone = _gloo(everyone_store, rank, size, timeout, lazy=True)
     # The leaders time the link on connections of their own, closed after (link_probe.hpp):
     # bulk traffic both ways left the rail's TCP connection slower for small broadcasts after.
-    # Lazy: nothing connects where inter_host_min_chunk_bytes is set and nothing is measured.
+    # Lazy: nothing connects where nothing is measured (two hosts of one rank, or
+    # inter_host_min_chunk_bytes set on hosts of several).
     link_probe = None
-    if topology.local_rank == 0 and any(len(ranks) > 1 for ranks in topology.hosts):
+    if topology.local_rank == 0:
         leaders = topology.rail(0)
         probe_store = dist.PrefixStore(f"{_PREFIX}link_probe/", store)
         link_probe = _gloo(probe_store, leaders.index(rank), len(leaders), timeout, lazy=True)

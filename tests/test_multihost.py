@@ -142,15 +142,26 @@ def test_random_program_matches_gloo_on_2_hosts_of_1(hosts, records) -> None:
 
 
 @support.compares_with_gloo
-def test_random_program_matches_gloo_on_3_hosts_of_1() -> None:
+@pytest.mark.parametrize("rate", [None, "1gbit"], ids=["unshaped", "1gbit"])
+def test_random_program_matches_gloo_on_3_hosts_of_1(rate: str | None) -> None:
     # Three hosts of one rank: whole messages; float sums of 2 MiB and more in gloo's ring
-    # order (the same bits on every rank), smaller ones as an all-to-all of padded pieces.
-    with namespaced_hosts.NamespacedHosts(3) as three:
-        job = run_job(three, "random_program", "9", "200", nproc=(1, 1, 1))
+    # order (the same bits on every rank), smaller ones as an all-to-all of padded pieces. On a
+    # link measured below 1.5 Gbit/s at creation, allreduces beyond 64 KiB ride no record and
+    # run gloo's own ring where it computes what dummy's kernels do (the debug log says which).
+    env = {"DUMMY_COLLECTIVES_DEBUG": "INFO"}
+    with namespaced_hosts.NamespacedHosts(3, rate=rate) as three:
+        job = run_job(three, "random_program", "9", "200", nproc=(1, 1, 1), env=env)
     check_ran_everywhere(job, 3)
     assert job.returncodes == [0, 0, 0], job.report()
     if support.IS_DUMMY:
         assert job.results[0]["hosts"] == [[0], [1], [2]]
+        slow = "Gbit/s, allreduces beyond 64 KiB ride no record and run gloo's own allreduce"
+        fast = "Gbit/s, allreduce records as large as the others"
+        said = [
+            line for line in job.output.splitlines() if "the link between hosts measured" in line
+        ]
+        assert len(said) >= 3, job.report()  # every rank's group, at least the default one
+        assert all((slow if rate else fast) in line for line in said), "\n".join(said)
     support.assert_no_failures([job.results[r]["failures"] for r in range(3)])
 
 

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 
 #include "hierarchy/group_health.hpp"
 #include "hierarchy/in_host.hpp"
@@ -20,6 +22,14 @@ struct HierarchySettings {
   // what the link measured at creation says: link_probe.hpp).
   size_t minChunkBytes = 0;
   double linkGbitPerSecond = 0; // as measured at creation (0: not measured)
+  // Allreduces beyond this many bytes ride no record (at most inlineBytes). Three or more hosts
+  // of one rank on a slow link (link_probe.hpp) lower it: a record carries the whole message to
+  // every other host, (H - 1) x N from each, where a ring sends 2(H - 1)/H x N.
+  size_t allreduceInlineBytes = SIZE_MAX;
+  // Where set (those slow-link hosts): from this many bytes a whole message's allreduce is the
+  // engine's own (gloo's ring) where it computes what dummy's kernels do; else the member count
+  // decides (two_level.cpp, CrossHostReduction).
+  std::optional<size_t> engineAllreduceMinBytes;
   // Broadcasts of up to this many bytes ride in the root's host's one-way record
   // (agreement.hpp, agreeOneWay); every other leader receives into a record this large. Beyond
   // inlineBytes, hosts of several ranks share the data in shared memory, not in the in-host

@@ -242,12 +242,15 @@ class CrossHostReduction {
       const ReduceSpec& spec,
       int chunks,
       bool wholeMessage = false,
-      bool blocking = false)
+      bool blocking = false,
+      std::optional<size_t> engineMinBytes = std::nullopt)
       : engine_(engine),
         ctx_(ctx),
         spec_(crossSpec(spec)),
         native_(engineReduction(spec_, wholeMessage || engine.size() == 2)),
         onLinks_(blocking && engine.hasLinks()),
+        engineMinBytes_(engineMinBytes.value_or(
+            engine.size() == 2 ? kTwoMembersEngineAllreduceMinBytes : kEngineAllreduceMinBytes)),
         chunks_(chunks) {}
 
   // Whether exchange() runs on the links, to completion (the pipeline's blocking stage).
@@ -371,9 +374,7 @@ class CrossHostReduction {
   }
 
   bool native(size_t bytes) const {
-    return native_.has_value() &&
-        bytes >= (engine_.size() == 2 ? kTwoMembersEngineAllreduceMinBytes
-                                      : kEngineAllreduceMinBytes);
+    return native_.has_value() && bytes >= engineMinBytes_;
   }
 
   const InterHostEngine& engine_;
@@ -381,6 +382,7 @@ class CrossHostReduction {
   const ReduceSpec spec_;
   const std::optional<c10d::ReduceOp> native_;
   const bool onLinks_;
+  const size_t engineMinBytes_;
   std::vector<Chunk> chunks_;
 };
 
@@ -568,7 +570,8 @@ void allreduceOneRankPerHost(
     allreduceInSegmentsOnLinks(levels, ctx, flat, spec);
     return;
   }
-  CrossHostReduction across(*levels.rail, ctx, spec, 1, /*wholeMessage=*/true);
+  CrossHostReduction across(*levels.rail, ctx, spec, 1, /*wholeMessage=*/true, /*blocking=*/false,
+                            levels.settings.engineAllreduceMinBytes);
   const size_t bytes = static_cast<size_t>(flat.numel()) * flat.element_size();
   // "gloo's own": the benchmark holds such a call to gloo's speed less the check's cost.
   debug_log::note("one rank per host, whole message",
@@ -633,7 +636,7 @@ void allreduce(
     at::Tensor& data,
     const ReduceSpec& spec) {
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
-  if (bytes > levels.settings.inlineBytes) {
+  if (bytes > levels.settings.allreduceInlineBytes) {
     Agreement agreement(levels, ctx);
     if (!agreement.hostAgrees()) {
       agreement.finish(); // raises: this host's ranks called different collectives

@@ -135,6 +135,9 @@ constexpr int kFewHosts = 3;
 // one rank: 0.75x gloo with 256 KiB records, 0.95x with 1 MiB); each side copies the data
 // once, so records stay small next to the transfer.
 constexpr size_t kOneWayBytes = size_t{1} << 20;
+// Allreduce records of three or more hosts of one rank on a slow link: 64 KiB still ran at
+// 2.3x gloo at 1 Gbit/s, where its extra bytes cost less than the ring's steps.
+constexpr size_t kSlowLinkAllreduceInlineBytes = size_t{64} << 10;
 
 } // namespace
 
@@ -220,10 +223,13 @@ TwoLevelLowering::TwoLevelLowering(
     settings.inlineBytes = std::max(settings.inlineBytes, kFewHostsInlineBytes);
   }
   settings.chunkBytes = options_->interHostChunkBytes;
-  if (options_->interHostMinChunkBytes >= 0) {
-    settings.minChunkBytes = static_cast<size_t>(options_->interHostMinChunkBytes);
-  } else if (!topology_.oneRankPerHost()) {
-    // One rank per host sends whole messages: no pipeline, nothing to measure for.
+  // The link is measured where a plan depends on its rate: hosts of several ranks cut their
+  // pipelines by it (unless inter_host_min_chunk_bytes says how), and three or more hosts of
+  // one rank choose between records and gloo's ring by it. Two hosts of one rank send the same
+  // bytes either way (a record or a segment's halves: N each way, as the ring).
+  const bool pipelines = !topology_.oneRankPerHost();
+  const bool recordsOrRing = topology_.oneRankPerHost() && topology_.hostCount() > 2;
+  if ((pipelines && options_->interHostMinChunkBytes < 0) || recordsOrRing) {
     TORCH_CHECK(
         (topology_.localRank() == 0) == static_cast<bool>(linkProbe), "dummy_collectives: rank ",
         rank, topology_.localRank() == 0 ? " needs" : " takes no", " link probe group");
@@ -232,6 +238,18 @@ TwoLevelLowering::TwoLevelLowering(
     settings.minChunkBytes = link.minChunkBytes;
     settings.linkGbitPerSecond = link.gbitPerSecond;
   }
+  if (options_->interHostMinChunkBytes >= 0) {
+    settings.minChunkBytes = static_cast<size_t>(options_->interHostMinChunkBytes);
+  }
+  if (recordsOrRing && settings.linkGbitPerSecond * 1e9 < kSlowLinkBitsPerSecond) {
+    // A slow link: gloo's ring from beyond small records. Three hosts of one rank at 1 Gbit/s:
+    // 256 KiB in records 0.73-0.78x gloo, 1 MiB as an all-to-all, a fold and an all-gather
+    // 0.92-0.95x, gloo's own allreduce of 2 MiB 0.99x (docs/benchmarks.md, "Three or more
+    // hosts of one rank on a slow link").
+    settings.allreduceInlineBytes = kSlowLinkAllreduceInlineBytes;
+    settings.engineAllreduceMinBytes = 0;
+  }
+  settings.allreduceInlineBytes = std::min(settings.allreduceInlineBytes, settings.inlineBytes);
   // A broadcast's record goes one way (no copy for every peer, as an exchange sends), so it
   // carries more than an exchange; but past 3 hosts gloo's broadcast tree forwards every
   // receiver's whole record, so they stay at the exchange's size.
@@ -307,6 +325,18 @@ void TwoLevelLowering::logCreation(int me) const {
                                        topology_.uniform() ? "this rail's" : "the leaders'",
                                        " links, driven by the waiting thread")
                             : std::string()));
+  if (levels_->oneRankPerHost() && levels_->settings.linkGbitPerSecond > 0) {
+    DC_LOG(kInfo, me, "cross-host plan: the link between hosts measured ",
+           levels_->settings.linkGbitPerSecond, " Gbit/s at creation: ",
+           levels_->settings.engineAllreduceMinBytes
+               ? c10::str("below ", kSlowLinkBitsPerSecond / 1e9, " Gbit/s, allreduces beyond ",
+                          bytes(levels_->settings.allreduceInlineBytes),
+                          " ride no record and run gloo's own allreduce (its ring sends 2(H-1)/H "
+                          "of the message from each host, a record all of it to every other "
+                          "host)")
+               : c10::str("at least ", kSlowLinkBitsPerSecond / 1e9,
+                          " Gbit/s, allreduce records as large as the others"));
+  }
   DC_LOG(kInfo, me, "cross-host records: ",
          linksBetweenHosts()
              ? "the hosts' leaders' own TCP connections, read by the waiting thread (inter_host_links)"
