@@ -557,7 +557,11 @@ def test_targets_allow_0_95x_only_where_dummy_runs_gloos_own_call() -> None:
         ("3x1", "allgather", 1.0),  # a host receives 2 of 3 blocks either way
         ("2x2", "allgather", 1.5),  # gloo 3/4 of the output, a host's own half at least
         ("3+1", "allgather", 1.0),  # the 3-rank host sends its 3/4 either way
-        ("2x2", "broadcast", None),  # not modelled: its targets stand
+        ("2x1", "broadcast", 1.0),  # one rank receives across the link: N either way
+        ("3+1", "broadcast", 1.0),  # the root's host holds three, the other one
+        ("2x2", "broadcast", None),  # gloo's broadcast tree not modelled: its targets stand
+        ("1+3", "broadcast", None),
+        ("3x1", "broadcast", None),
     ],
 )
 def test_the_wires_ratio_is_gloos_link_bytes_over_the_least_a_plan_needs(

@@ -14,13 +14,14 @@ measured, on the passes' medians (:mod:`.host_passes`):
   "gloo's own", :mod:`.host_plans`; three hosts of one rank's large float allreduces), 0.95x:
   the issue's allowance for the cross-rank check and the recorder, which dummy must add to a
   call whose data path is gloo's;
-- on shaped links from 1 MiB up, for allreduce and all-gather, the ratio targets are capped at
-  0.95 x the wire's ratio: the bytes gloo's ring puts on a host's link (2(W-1)/W of the message,
+- on shaped links from 1 MiB up, the ratio targets are capped at 0.95 x the wire's ratio where
+  gloo's bytes are known: the bytes gloo's ring puts on a host's link (2(W-1)/W of the message,
   (W-1)/W of the all-gather's output, W ranks) over the least a host's link must carry (2(H-1)/H
   of the message, H hosts; for the all-gather, the most of a host's own blocks, which it sends,
-  and the others', which it receives). Where the link decides, no plan beats that ratio: one
-  rank per host ties with gloo (cap 1x), 2x2 reaches at most 1.5x. The 0.95 is the same
-  allowance as above: dummy can at best equal that ratio;
+  and the others', which it receives); for a broadcast to one rank across the link (2 hosts,
+  the other running one rank), the message each way. Where the link decides, no plan beats
+  that ratio: one rank per host ties with gloo (cap 1x), 2x2 reaches at most 1.5x. The 0.95 is
+  the same allowance as above: dummy can at best equal that ratio;
 - links shaped to a rate (``--link-rate``), allreduce from 1 MiB up: dummy's achieved bandwidth
   is >= 85% of the link bound, i.e. its median time <= bound / 0.85. The bound is the time a
   host's link needs for what the host must send in an allreduce of N bytes, 2(H-1)/H * N: the
@@ -73,15 +74,25 @@ def link_bound_s(nbytes: int, hosts: int, rate_bits_per_s: float) -> float:
     return cross_host_bytes(nbytes, hosts) * 8.0 / rate_bits_per_s
 
 
+def _one_receiving_rank(layout: HostLayout) -> bool:
+    """Two hosts, the other than the root's (host 0: the bench's root is rank 0) running one
+    rank: a broadcast sends the message over the link once, whatever its algorithm."""
+    return layout.hosts == 2 and layout.counts[1] == 1
+
+
 def gloo_link_share(collective: str, layout: HostLayout) -> float | None:
-    """What gloo's ring sends over each host's link (each way), as a share of the message
-    (allreduce) or of the output (all-gather); None for the collectives not modelled. A ring in
-    rank order over hosts of contiguous ranks crosses each host's link once each way."""
+    """What gloo sends over the busiest host's link (each way), as a share of the message
+    (allreduce, broadcast) or of the output (all-gather); None where not modelled. gloo's
+    allreduce and all-gather are rings in rank order, which over hosts of contiguous ranks
+    cross each host's link once each way; its broadcast is known only where one rank receives
+    across the link (it delivers the message there once)."""
     ranks = layout.world_size
     if collective == "allreduce":
         return 2.0 * (ranks - 1) / ranks
     if collective == "allgather":
         return (ranks - 1) / ranks
+    if collective == "broadcast" and _one_receiving_rank(layout):
+        return 1.0
     return None
 
 
@@ -94,6 +105,8 @@ def least_link_share(collective: str, layout: HostLayout) -> float | None:
         return 2.0 * (layout.hosts - 1) / layout.hosts
     if collective == "allgather":
         return max(max(c, ranks - c) for c in layout.counts) / ranks
+    if collective == "broadcast":
+        return 1.0  # the message reaches every other host at least once
     return None
 
 
@@ -248,10 +261,10 @@ def rules(link_rate: str | None) -> list[str]:
     ]
     if link_rate:
         lines.append(
-            f"- links shaped to {link_rate}, allreduce and all-gather from "
-            f"{format_size(SHAPED_MIN)} up: at most {AT_BEST_EQUAL:g} x the wire's ratio (the "
-            "bytes gloo's ring puts on a host's link over the least any plan must), where that is "
-            "below the targets above"
+            f"- links shaped to {link_rate}, from {format_size(SHAPED_MIN)} up: at most "
+            f"{AT_BEST_EQUAL:g} x the wire's ratio (the bytes gloo puts on the busiest host's "
+            "link over the least any plan must: allreduce, all-gather, and a broadcast to the one "
+            "rank of the other of two hosts), where that is below the targets above"
         )
         lines.append(
             f"- links shaped to {link_rate}, {SHAPED_COLLECTIVE} from {format_size(SHAPED_MIN)} "
