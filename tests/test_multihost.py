@@ -144,7 +144,7 @@ def test_random_program_matches_gloo_on_2_hosts_of_1(hosts, records) -> None:
 @support.compares_with_gloo
 @pytest.mark.parametrize("rate", [None, "1gbit"], ids=["unshaped", "1gbit"])
 def test_random_program_matches_gloo_on_3_hosts_of_1(rate: str | None) -> None:
-    # Three hosts of one rank: whole messages; float sums of 2 MiB and more in gloo's ring
+    # Three hosts of one rank: whole messages; float sums of 4 MiB and more in gloo's ring
     # order (the same bits on every rank), smaller ones as an all-to-all of padded pieces. On a
     # link measured below 1.5 Gbit/s at creation, allreduces beyond 64 KiB ride no record and
     # run gloo's own ring where it computes what dummy's kernels do (the debug log says which).
