@@ -28,8 +28,9 @@ using Stage = std::function<Pending(int chunk)>;
 //
 // The order in which operations are issued depends only on the number of chunks and stages,
 // never on timing: every rank issues the same in-host and cross-host collectives in the same
-// order, as every level requires (a blocking stage issues no in-host step, so where it sits in
-// a step changes no level's order).
+// order, as every level requires (where it sits in a step is the same on every rank too, so a
+// blocking stage may issue an in-host step as well: the all-gather's gathers its host's own
+// pieces before it swaps the chunk across hosts).
 inline void runPipeline(
     int chunks,
     const std::vector<Stage>& stages,

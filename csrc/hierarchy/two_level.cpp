@@ -270,19 +270,19 @@ class CrossHostReduction {
   // Whether a chunk of `bytes` is exchanged as an all-to-all of equal pieces, one per member
   // (its element count must then divide into them).
   bool inPieces(size_t bytes) const {
-    return engine_.size() > 2 && !native(bytes);
+    return engine_.size() > 2 && !enginesOwn(bytes);
   }
 
   // Whether a chunk of `bytes` is the engine's own allreduce, unchanged (gloo's ring).
   bool enginesOwn(size_t bytes) const {
-    return native(bytes);
+    return native_.has_value() && bytes >= engineMinBytes_;
   }
 
   Pending exchange(int c, const at::Tensor& data) {
     Chunk& k = chunks_[c];
     k.data = data;
     const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
-    k.native = native(bytes);
+    k.native = enginesOwn(bytes);
     if (k.native) {
       std::vector<at::Tensor> tensors{data};
       c10d::AllreduceOptions opts;
@@ -361,7 +361,9 @@ class CrossHostReduction {
     const int64_t n = data.numel();
     const int64_t line = lineElements(data.element_size());
     const int64_t cut = std::min(n, (n / 2 + line - 1) / line * line); // half 0: [0, cut)
-    auto half = [&](int m) { return m == 0 ? data.narrow(0, 0, cut) : data.narrow(0, cut, n - cut); };
+    auto half = [&](int m) {
+      return m == 0 ? data.narrow(0, 0, cut) : data.narrow(0, cut, n - cut);
+    };
     at::Tensor mine = half(me);
     at::Tensor theirs = half(other);
     at::Tensor received = at::empty_like(mine);
@@ -418,10 +420,6 @@ class CrossHostReduction {
     at::Tensor out = bytesOf(k.data);
     at::Tensor in = bytesOf(k.folded);
     return waitEngine(engine_, ctx_, engine_.allgather(out, in, onLinks_));
-  }
-
-  bool native(size_t bytes) const {
-    return native_.has_value() && bytes >= engineMinBytes_;
   }
 
   const InterHostEngine& engine_;

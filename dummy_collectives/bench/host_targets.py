@@ -88,7 +88,7 @@ def gloo_link_share(collective: str, layout: HostLayout) -> float | None:
     across the link (it delivers the message there once)."""
     ranks = layout.world_size
     if collective == "allreduce":
-        return 2.0 * (ranks - 1) / ranks
+        return cross_host_bytes(1, ranks)  # a ring of W members: 2(W-1)/W
     if collective == "allgather":
         return (ranks - 1) / ranks
     if collective == "broadcast" and _one_receiving_rank(layout):
@@ -102,7 +102,7 @@ def least_link_share(collective: str, layout: HostLayout) -> float | None:
     ranks, its own c blocks out and the W - c others in."""
     ranks = layout.world_size
     if collective == "allreduce":
-        return 2.0 * (layout.hosts - 1) / layout.hosts
+        return cross_host_bytes(1, layout.hosts)  # the link bound's share
     if collective == "allgather":
         return max(max(c, ranks - c) for c in layout.counts) / ranks
     if collective == "broadcast":
@@ -172,7 +172,7 @@ def ratio_needed(
         if AT_BEST_EQUAL * wire < need:
             need = AT_BEST_EQUAL * wire
             why += (
-                f"; the link decides: gloo's ring sends {gloo_link_share(collective, layout):.3g}"
+                f"; the link decides: gloo sends {gloo_link_share(collective, layout):.3g}"
                 f", the least plan {least_link_share(collective, layout):.3g} of it over the "
                 f"busiest link, a ratio of {wire:.3g}x at best"
             )
