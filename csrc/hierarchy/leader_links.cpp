@@ -22,9 +22,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A connecting member's first bytes: who it is, so the accepting side files the connection
-// under the right member whatever order connections arrive in.
-constexpr uint32_t kHello = 0x44434c31; // "DCL1"
+// A connecting member's first bytes: who it is and which of the pair's connections this is
+// (LeaderLinks::Channel), so the accepting side files it right whatever order they arrive in.
+constexpr uint32_t kHello = 0x44434c32; // "DCL2"
+constexpr int kChannels = 2;
 // A frame's header: its kind and its payload's length (64 bits: a broadcast of a tensor of
 // more than 4 GiB is one frame).
 struct FrameHeader {
@@ -142,7 +143,9 @@ LeaderLinks::LeaderLinks(
   TORCH_CHECK(n == static_cast<int>(addresses.size()) && me >= 0 && me < n,
               "dummy_collectives: leader links of ", n, " members, ", addresses.size(),
               " addresses");
-  peers_.resize(n);
+  for (auto& peers : channels_) {
+    peers.resize(n);
+  }
   const auto until = Clock::now() + timeout;
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listener < 0) {
@@ -159,10 +162,8 @@ LeaderLinks::LeaderLinks(
   const std::string port = std::to_string(ntohs(addr.sin_port));
   store->set(keyOf(members[me]), std::vector<uint8_t>(port.begin(), port.end()));
 
-  // Each member connects to those before it and accepts those after it.
-  for (int j = 0; j < me; ++j) {
-    const std::vector<uint8_t> got = store->get(keyOf(members[j])); // waits for it to listen
-    const auto peerPort = static_cast<uint16_t>(std::stoi(std::string(got.begin(), got.end())));
+  // Each member connects to those before it and accepts those after it, once per channel.
+  auto connectTo = [&](int j, uint16_t peerPort, int channel) {
     auto peer = std::make_unique<Peer>();
     peer->where = c10::str("[", addresses[j], "]:", peerPort);
     peer->fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -187,16 +188,25 @@ LeaderLinks::LeaderLinks(
         creationFails(c10::str(peer->where, ": ", systemError("connect")));
       }
     }
-    const std::array<uint32_t, 2> hello{kHello, static_cast<uint32_t>(me)};
+    const std::array<uint32_t, 3> hello{kHello, static_cast<uint32_t>(me),
+                                        static_cast<uint32_t>(channel)};
     exactly(peer->fd, const_cast<uint32_t*>(hello.data()), sizeof(hello), false, until,
             peer->where);
-    peers_[j] = std::move(peer);
+    channels_[channel][j] = std::move(peer);
+  };
+  for (int j = 0; j < me; ++j) {
+    const std::vector<uint8_t> got = store->get(keyOf(members[j])); // waits for it to listen
+    const auto peerPort = static_cast<uint16_t>(std::stoi(std::string(got.begin(), got.end())));
+    for (int channel = 0; channel < kChannels; ++channel) {
+      connectTo(j, peerPort, channel);
+    }
   }
-  for (int accepted = 0; accepted < n - 1 - me; ++accepted) {
+  for (int accepted = 0; accepted < kChannels * (n - 1 - me); ++accepted) {
     pollfd p{listener, POLLIN, 0};
     if (::poll(&p, 1, pollMs(until)) <= 0) {
       creationFails(c10::str("timed out after ", timeout.count(), " ms waiting for ",
-                             n - 1 - me - accepted, " leaders of later hosts to connect"));
+                             kChannels * (n - 1 - me) - accepted,
+                             " connections from leaders of later hosts"));
     }
     sockaddr_in from{};
     socklen_t fromLength = sizeof(from);
@@ -209,15 +219,17 @@ LeaderLinks::LeaderLinks(
     std::array<char, INET_ADDRSTRLEN> text{};
     ::inet_ntop(AF_INET, &from.sin_addr, text.data(), text.size());
     peer->where = c10::str("[", text.data(), "]:", ntohs(from.sin_port));
-    std::array<uint32_t, 2> hello{};
+    std::array<uint32_t, 3> hello{};
     exactly(peer->fd, hello.data(), sizeof(hello), true, until, peer->where);
     const auto j = static_cast<int>(hello[1]);
-    if (hello[0] != kHello || j <= me || j >= n || peers_[j]) {
+    const auto channel = static_cast<int>(hello[2]);
+    if (hello[0] != kHello || j <= me || j >= n || channel < 0 || channel >= kChannels ||
+        channels_[channel][j]) {
       creationFails(c10::str(peer->where, " is not a leader of this group (", hello[0], ", ",
-                             j, ")"));
+                             j, ", ", channel, ")"));
     }
     peer->where = c10::str("[", addresses[j], "]:", ntohs(from.sin_port));
-    peers_[j] = std::move(peer);
+    channels_[channel][j] = std::move(peer);
   }
 }
 
@@ -273,13 +285,13 @@ LeaderLinks::Operation::Operation(
     TORCH_CHECK(s.member != links_.me_ && s.bytes.is_contiguous(),
                 "dummy_collectives: a leader link send to ", s.member);
     const auto bytes = static_cast<uint64_t>(s.bytes.numel());
-    out_.push_back(Outgoing{links_.peers_[s.member].get(),
+    out_.push_back(Outgoing{links_.peer(kind, s.member),
                             {static_cast<uint32_t>(kind), 0, bytes}, std::move(s.bytes)});
   }
   for (auto& r : receives) {
     TORCH_CHECK(r.member != links_.me_ && r.slot.is_contiguous(),
                 "dummy_collectives: a leader link receive from ", r.member);
-    in_.push_back(Incoming{links_.peers_[r.member].get(), r.member, std::move(r.slot)});
+    in_.push_back(Incoming{links_.peer(kind, r.member), r.member, std::move(r.slot)});
   }
   // Whatever the kernel takes now leaves now: a record's frame, usually whole.
   try {
