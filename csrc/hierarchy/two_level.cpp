@@ -223,6 +223,46 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, bool anyOr
   return std::nullopt;
 }
 
+// Two members on the links: each receives the other's half of its own half of `data` (member m
+// keeps half m), folds it in host order and sends the folded half back. The swap's bytes (all of
+// `data` each way, in two steps), half its fold, and no copy of the whole: how two leaders
+// reduce their large chunks (CrossHostReduction) and two hosts of one rank their segments
+// (allreduceInSegmentsOnLinks). The halves are cut on a cache line, so neither needs padding.
+// `scratch`, where large enough, receives the other's half (else a fresh tensor does).
+void foldHalvesOnLinks(const InterHostEngine& engine, const OpContext& ctx,
+                       const ReduceSpec& across, const at::Tensor& data,
+                       const at::Tensor& scratch = {}) {
+  const int me = engine.rank();
+  const int other = 1 - me;
+  const int64_t n = data.numel();
+  const int64_t line = lineElements(data.element_size());
+  const int64_t cut = std::min(n, (n / 2 + line - 1) / line * line); // half 0: [0, cut)
+  auto half = [&](int m) {
+    return m == 0 ? data.narrow(0, 0, cut) : data.narrow(0, cut, n - cut);
+  };
+  at::Tensor mine = half(me);
+  at::Tensor theirs = half(other);
+  at::Tensor received = scratch.defined() && scratch.numel() >= mine.numel()
+      ? scratch.narrow(0, 0, mine.numel())
+      : at::empty_like(mine);
+  const int64_t es = data.element_size();
+  std::vector<int64_t> mineSplits(2, 0);
+  std::vector<int64_t> theirsSplits(2, 0);
+  mineSplits[other] = mine.numel() * es;
+  theirsSplits[other] = theirs.numel() * es;
+  {
+    at::Tensor out = bytesOf(received);
+    at::Tensor in = bytesOf(theirs);
+    engine.wait(engine.alltoall(out, in, mineSplits, theirsSplits, /*alone=*/true), ctx);
+  }
+  const void* first = me == 0 ? mine.data_ptr() : received.data_ptr();
+  const void* second = me == 0 ? received.data_ptr() : mine.data_ptr();
+  fold(across, mine.data_ptr(), {first, second}, mine.numel());
+  at::Tensor out = bytesOf(theirs);
+  at::Tensor in = bytesOf(mine);
+  engine.wait(engine.alltoall(out, in, theirsSplits, mineSplits, /*alone=*/true), ctx);
+}
+
 // The cross-host stage of a pipelined allreduce: afterwards every member of `engine` holds, in
 // its chunk tensor, the fold over members of theirs (same size on every member). Three
 // pipeline stages, so that the engine moves one chunk while the host level works on others:
@@ -292,7 +332,7 @@ class CrossHostReduction {
     }
     Pending exchanged;
     if (engine_.size() == 2 && onLinks_ && bytes >= kHalvesMinBytes) {
-      foldHalvesOnLinks(data);
+      foldHalvesOnLinks(engine_, ctx_, spec_, data);
       k = Chunk();
       k.done = true;
       return nullptr;
@@ -350,40 +390,6 @@ class CrossHostReduction {
     at::Tensor pieces;
     at::Tensor folded;
   };
-
-  // Two members on the links: each receives the other's half of its own half of the chunk
-  // (member m keeps half m), folds it in host order and sends the folded half back. The swap's
-  // bytes (the chunk each way, in two steps), half its fold, and no copy of the whole chunk:
-  // as two hosts of one rank reduce their segments (allreduceInSegmentsOnLinks).
-  void foldHalvesOnLinks(const at::Tensor& data) const {
-    const int me = engine_.rank();
-    const int other = 1 - me;
-    const int64_t n = data.numel();
-    const int64_t line = lineElements(data.element_size());
-    const int64_t cut = std::min(n, (n / 2 + line - 1) / line * line); // half 0: [0, cut)
-    auto half = [&](int m) {
-      return m == 0 ? data.narrow(0, 0, cut) : data.narrow(0, cut, n - cut);
-    };
-    at::Tensor mine = half(me);
-    at::Tensor theirs = half(other);
-    at::Tensor received = at::empty_like(mine);
-    const int64_t es = data.element_size();
-    std::vector<int64_t> mineSplits(2, 0);
-    std::vector<int64_t> theirsSplits(2, 0);
-    mineSplits[other] = mine.numel() * es;
-    theirsSplits[other] = theirs.numel() * es;
-    {
-      at::Tensor out = bytesOf(received);
-      at::Tensor in = bytesOf(theirs);
-      engine_.wait(engine_.alltoall(out, in, mineSplits, theirsSplits, /*alone=*/true), ctx_);
-    }
-    const void* first = me == 0 ? mine.data_ptr() : received.data_ptr();
-    const void* second = me == 0 ? received.data_ptr() : mine.data_ptr();
-    two_level::fold(spec_, mine.data_ptr(), {first, second}, mine.numel());
-    at::Tensor out = bytesOf(theirs);
-    at::Tensor in = bytesOf(mine);
-    engine_.wait(engine_.alltoall(out, in, theirsSplits, mineSplits, /*alone=*/true), ctx_);
-  }
 
   void foldChunk(Chunk& k) const {
     if (k.native) {
@@ -554,51 +560,29 @@ void allreduceThroughLeaders(
 // Two hosts of one rank on the leaders' links: an allreduce's segment (below).
 constexpr int64_t kLinksSegmentBytes = int64_t{4} << 20;
 
-// One rank per host, on the leaders' links, segment by segment (kLinksSegmentBytes): every
-// member receives piece `me` of everyone's segment (an all-to-all), folds them in host order
-// into its own piece, and every member receives every folded piece back in place (an
-// all-gather). A ring's bytes (2(H-1)/H of the message each way), without gloo's thread
-// hand-offs; the fold reads 1/H of the message from each member, where a swap of whole messages
-// folds all of it, and a segment's scratch stays in cache. Two hosts, alternated with the swap
-// below 32 MiB and gloo's own allreduce from it (3 passes, 2 runs each): 4 MiB 0.97x / 1.25x ->
-// 1.67x / 1.52x gloo, 16 MiB 1.11x / 1.13x -> 1.33x / 1.66x, 64 MiB 1.32x / 0.86x -> 1.54x /
-// 1.25x; at 1 Gbit/s a tie either way. Three hosts sharing two cores lost (16 MiB 0.97x /
-// 1.22x -> 0.71x / 0.59x), and so did a ring of send-receive steps on the links (16 MiB
-// 0.71-0.73x, 64 MiB 0.52-0.54x): every step waits for all three processes, one of which two
-// cores always leave waiting, where gloo's ring runs on threads and buffers of its own. Beyond
-// two hosts gloo's ring stays.
+// Two hosts of one rank, on the leaders' links, segment by segment (kLinksSegmentBytes): each
+// segment's halves are folded where they are kept and swapped back (foldHalvesOnLinks). A
+// ring's bytes (the message each way), without gloo's thread hand-offs; each host folds half the
+// message, where a swap of whole messages folds all of it, and a segment's scratch stays in
+// cache. Alternated with the swap below 32 MiB and gloo's own allreduce from it (3 passes, 2 runs
+// each; then as an all-to-all and all-gather of padded pieces): 4 MiB 0.97x / 1.25x -> 1.67x /
+// 1.52x gloo, 16 MiB 1.11x / 1.13x -> 1.33x / 1.66x, 64 MiB 1.32x / 0.86x -> 1.54x / 1.25x; at
+// 1 Gbit/s a tie either way. Three hosts sharing two cores lost as an all-to-all and all-gather
+// (16 MiB 0.97x / 1.22x -> 0.71x / 0.59x), and so did a ring of send-receive steps on the links
+// (16 MiB 0.71-0.73x, 64 MiB 0.52-0.54x): every step waits for all three processes, one of which
+// two cores always leave waiting, where gloo's ring runs on threads and buffers of its own.
+// Beyond two hosts gloo's ring stays.
 void allreduceInSegmentsOnLinks(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
   debug_log::note("one rank per host, in segments on the links");
-  const InterHostEngine& rail = *levels.rail;
-  const int H = rail.size();
-  const int me = rail.rank();
   const ReduceSpec across = crossSpec(spec);
-  const int64_t es = flat.element_size();
-  const int64_t granule = int64_t{H} * lineElements(es);
-  at::Tensor work =
-      flat.numel() % granule != 0 ? paddedCopy(flat, roundUp(flat.numel(), granule)) : flat;
-  const int64_t segment = std::max(granule, kLinksSegmentBytes / es / granule * granule);
-  at::Tensor scratch = at::empty({std::min(segment, work.numel())}, work.options());
-  for (int64_t begin = 0; begin < work.numel(); begin += segment) {
-    const int64_t n = std::min(segment, work.numel() - begin);
-    const int64_t piece = n / H;
-    at::Tensor seg = work.narrow(0, begin, n);
-    at::Tensor pieces = scratch.narrow(0, 0, n);
-    at::Tensor out = bytesOf(pieces);
-    at::Tensor in = bytesOf(seg);
-    rail.wait(rail.alltoall(out, in, /*alone=*/true), ctx);
-    std::vector<const void*> srcs;
-    for (int m = 0; m < H; ++m) {
-      srcs.push_back(bytePtr(pieces) + m * piece * es);
-    }
-    at::Tensor mine = seg.narrow(0, me * piece, piece);
-    fold(across, mine.data_ptr(), srcs, piece);
-    at::Tensor mineBytes = bytesOf(mine);
-    rail.wait(rail.allgather(in, mineBytes, /*alone=*/true), ctx);
-  }
-  if (!work.is_same(flat)) {
-    std::memcpy(bytePtr(flat), bytePtr(work), flat.numel() * es);
+  const int64_t line = lineElements(flat.element_size());
+  const int64_t segment = std::max(2 * line, kLinksSegmentBytes / flat.element_size());
+  // The other's half of a segment lands here (half a segment, a cache line more for the cut).
+  at::Tensor scratch = at::empty({std::min(flat.numel(), segment / 2 + line)}, flat.options());
+  for (int64_t begin = 0; begin < flat.numel(); begin += segment) {
+    foldHalvesOnLinks(*levels.rail, ctx, across,
+                      flat.narrow(0, begin, std::min(segment, flat.numel() - begin)), scratch);
   }
 }
 
