@@ -23,9 +23,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A connecting member's first bytes: who it is and which of the pair's connections this is
-// (LeaderLinks::Channel), so the accepting side files it right whatever order they arrive in.
+// (records or data: leader_links.hpp), so the accepting side files it right whatever order
+// they arrive in.
 constexpr uint32_t kHello = 0x44434c32; // "DCL2"
-constexpr int kChannels = 2;
 // A frame's header: its kind and its payload's length (64 bits: a broadcast of a tensor of
 // more than 4 GiB is one frame).
 struct FrameHeader {

@@ -37,7 +37,9 @@ namespace dummy_collectives::hierarchy {
 // the link's speed. On one connection a 64 KiB broadcast after large allreduces ran 590-608 us
 // against gloo's 546 us (2x1 at 1 Gbit/s, 5 passes); with cubic, or with records on a connection
 // of their own, 545-546 us. Records are what every collective waits for first; data follows
-// an agreement, so each channel still pairs frame by frame.
+// an agreement, so each channel still pairs frame by frame. (The price, near the noise: the data
+// connection's first bulk, cold, cost three hosts' 1 MiB all-gathers at 1 Gbit/s a few per cent;
+// docs/benchmarks.md, "Records on a connection of their own".)
 class LeaderLinks {
  public:
   // What a frame is: an exchange's record, a broadcast's one-way record, or data that follows
@@ -95,7 +97,8 @@ class LeaderLinks {
 
   int me_;
   // By channel (0: records, 1: data), then by member; null for this rank.
-  std::array<std::vector<std::unique_ptr<Peer>>, 2> channels_;
+  static constexpr int kChannels = 2;
+  std::array<std::vector<std::unique_ptr<Peer>>, kChannels> channels_;
   std::string broken_;
   bool busy_ = false; // one operation at a time (a group runs one collective at a time)
 };
