@@ -137,12 +137,14 @@ LeaderLinks::LeaderLinks(
     std::vector<int> members,
     int me,
     const std::vector<std::string>& addresses,
-    std::chrono::milliseconds timeout)
-    : me_(me) {
+    std::chrono::milliseconds timeout,
+    bool carriesRecords)
+    : me_(me), channels_(carriesRecords ? 2 : 1) {
   const int n = static_cast<int>(members.size());
   TORCH_CHECK(n == static_cast<int>(addresses.size()) && me >= 0 && me < n,
               "dummy_collectives: leader links of ", n, " members, ", addresses.size(),
               " addresses");
+  const int channels = static_cast<int>(channels_.size());
   for (auto& peers : channels_) {
     peers.resize(n);
   }
@@ -197,15 +199,15 @@ LeaderLinks::LeaderLinks(
   for (int j = 0; j < me; ++j) {
     const std::vector<uint8_t> got = store->get(keyOf(members[j])); // waits for it to listen
     const auto peerPort = static_cast<uint16_t>(std::stoi(std::string(got.begin(), got.end())));
-    for (int channel = 0; channel < kChannels; ++channel) {
+    for (int channel = 0; channel < channels; ++channel) {
       connectTo(j, peerPort, channel);
     }
   }
-  for (int accepted = 0; accepted < kChannels * (n - 1 - me); ++accepted) {
+  for (int accepted = 0; accepted < channels * (n - 1 - me); ++accepted) {
     pollfd p{listener, POLLIN, 0};
     if (::poll(&p, 1, pollMs(until)) <= 0) {
       creationFails(c10::str("timed out after ", timeout.count(), " ms waiting for ",
-                             kChannels * (n - 1 - me) - accepted,
+                             channels * (n - 1 - me) - accepted,
                              " connections from leaders of later hosts"));
     }
     sockaddr_in from{};
@@ -223,7 +225,7 @@ LeaderLinks::LeaderLinks(
     exactly(peer->fd, hello.data(), sizeof(hello), true, until, peer->where);
     const auto j = static_cast<int>(hello[1]);
     const auto channel = static_cast<int>(hello[2]);
-    if (hello[0] != kHello || j <= me || j >= n || channel < 0 || channel >= kChannels ||
+    if (hello[0] != kHello || j <= me || j >= n || channel < 0 || channel >= channels ||
         channels_[channel][j]) {
       creationFails(c10::str(peer->where, " is not a leader of this group (", hello[0], ", ",
                              j, ", ", channel, ")"));

@@ -1,6 +1,5 @@
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -30,11 +29,11 @@ namespace dummy_collectives::hierarchy {
 // broadcast's one-way record met by an exchange) ends the operation at once: the group fails
 // then (agreement.cpp), as the streams no longer pair.
 //
-// Each pair has two connections: records (exchanges and one-way records) on one, data on the
-// other. A TCP connection's congestion control keeps what the connection's past traffic taught
-// it: under BBR (Linux's common choice) a connection that carried bulk data both ways at a
-// shaped 1 Gbit/s paced the next small records at that estimate and its probing cycle, not at
-// the link's speed. On one connection a 64 KiB broadcast after large allreduces ran 590-608 us
+// Where records travel (the hosts' leaders), each pair has two connections: records (exchanges
+// and one-way records) on one, data on the other. A TCP connection's congestion control keeps
+// what the connection's past traffic taught it: under BBR (Linux's common choice) a connection
+// that carried bulk data both ways at a shaped 1 Gbit/s paced the next small records at that
+// estimate and its probing cycle, not at the link's speed. On one connection a 64 KiB broadcast after large allreduces ran 590-608 us
 // against gloo's 546 us (2x1 at 1 Gbit/s, 5 passes); with cubic, or with records on a connection
 // of their own, 545-546 us. Records are what every collective waits for first; data follows
 // an agreement, so each channel still pairs frame by frame. (The price, near the noise: the data
@@ -49,13 +48,15 @@ class LeaderLinks {
   // `members`: the group ranks of the leaders, `me` this rank's index among them; `addresses`:
   // each member's address (it listens there, on a port the system picks, published in `store`).
   // Every member makes it at the same time; it returns once every pair is connected, or throws
-  // past `timeout`.
+  // past `timeout`. `carriesRecords`: whether records travel here too (the hosts' leaders);
+  // links that carry only data (the other rails) need one connection per pair.
   LeaderLinks(
       const c10::intrusive_ptr<c10d::Store>& store,
       std::vector<int> members,
       int me,
       const std::vector<std::string>& addresses,
-      std::chrono::milliseconds timeout);
+      std::chrono::milliseconds timeout,
+      bool carriesRecords);
   ~LeaderLinks();
   // Whether links can be made between hosts at these addresses (IPv4, as gloo binds to here).
   static bool usable(const std::vector<std::string>& addresses);
@@ -92,13 +93,13 @@ class LeaderLinks {
 
   // The connection to `member` that carries frames of `kind`.
   Peer* peer(Kind kind, int member) const {
-    return channels_[kind == Kind::kData ? 1 : 0][member].get();
+    return channels_[kind == Kind::kData ? channels_.size() - 1 : 0][member].get();
   }
 
   int me_;
-  // By channel (0: records, 1: data), then by member; null for this rank.
-  static constexpr int kChannels = 2;
-  std::array<std::vector<std::unique_ptr<Peer>>, kChannels> channels_;
+  // By channel (0: records; the last: data, the same one where records do not travel here),
+  // then by member; null for this rank.
+  std::vector<std::vector<std::unique_ptr<Peer>>> channels_;
   std::string broken_;
   bool busy_ = false; // one operation at a time (a group runs one collective at a time)
 };

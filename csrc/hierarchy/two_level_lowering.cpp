@@ -197,7 +197,8 @@ TwoLevelLowering::TwoLevelLowering(
       try {
         links = std::make_unique<LeaderLinks>(store, topology_.rail(railIndex),
                                               topology_.host(), topology_.addresses(),
-                                              options_->timeout);
+                                              options_->timeout,
+                                              /*carriesRecords=*/topology_.localRank() == 0);
       } catch (const std::exception& e) {
         C10_THROW_ERROR(DistBackendError,
                         c10::str("dummy_collectives: rank ", rank, " (",
