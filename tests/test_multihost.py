@@ -144,10 +144,11 @@ def test_random_program_matches_gloo_on_2_hosts_of_1(hosts, records) -> None:
 @support.compares_with_gloo
 @pytest.mark.parametrize("rate", [None, "1gbit"], ids=["unshaped", "1gbit"])
 def test_random_program_matches_gloo_on_3_hosts_of_1(rate: str | None) -> None:
-    # Three hosts of one rank: whole messages; float sums of 4 MiB and more in gloo's ring
-    # order (the same bits on every rank), smaller ones as an all-to-all of padded pieces. On a
+    # Three hosts of one rank: allreduces beyond the records fold pieces of 2 MiB segments on
+    # the leaders' links, each host one piece (odd lengths leave short or empty pieces). On a
     # link measured below 1.5 Gbit/s at creation, allreduces beyond 64 KiB ride no record and
-    # run gloo's own ring where it computes what dummy's kernels do (the debug log says which).
+    # run gloo's own ring where it computes what dummy's kernels do, else whole messages as an
+    # all-to-all of padded pieces (the debug log says which).
     env = {"DUMMY_COLLECTIVES_DEBUG": "INFO"}
     with namespaced_hosts.NamespacedHosts(3, rate=rate) as three:
         job = run_job(three, "random_program", "9", "200", nproc=(1, 1, 1), env=env)
@@ -162,6 +163,12 @@ def test_random_program_matches_gloo_on_3_hosts_of_1(rate: str | None) -> None:
         ]
         assert len(said) >= 3, job.report()  # every rank's group, at least the default one
         assert all((slow if rate else fast) in line for line in said), "\n".join(said)
+        # Every rank's default group (subgroups of two hosts fold halves in 4 MiB segments).
+        slow_plan, fast_plan = "allreduce as gloo's own on this slow link", "in 2 MiB segments"
+        plan, not_plan = (slow_plan, fast_plan) if rate else (fast_plan, slow_plan)
+        planned = [line for line in job.output.splitlines() if "on the leaders' links (" in line]
+        assert sum(plan in line for line in planned) >= 3, "\n".join(planned)
+        assert not any(not_plan in line for line in planned), "\n".join(planned)
     support.assert_no_failures([job.results[r]["failures"] for r in range(3)])
 
 

@@ -204,6 +204,26 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::toEveryOtherOnLinks(
   return links_->start(kind, std::move(sends), std::move(receives));
 }
 
+c10::intrusive_ptr<c10d::Work> InterHostEngine::piecesOnLinks(
+    const std::function<at::Tensor(int)>& sendTo,
+    const std::function<at::Tensor(int)>& receiveFrom) const {
+  TORCH_CHECK(links_, "dummy_collectives: pieces on the links need the links between hosts");
+  std::vector<LeaderLinks::Send> sends;
+  std::vector<LeaderLinks::Receive> receives;
+  for (int m = 0; m < size(); ++m) {
+    if (m == rank()) {
+      continue;
+    }
+    if (at::Tensor out = sendTo(m); out.numel() > 0) {
+      sends.push_back({m, std::move(out)});
+    }
+    if (at::Tensor in = receiveFrom(m); in.numel() > 0) {
+      receives.push_back({m, std::move(in)});
+    }
+  }
+  return links_->start(LeaderLinks::Kind::kData, std::move(sends), std::move(receives));
+}
+
 c10::intrusive_ptr<c10d::Work> InterHostEngine::fromRootOnLinks(
     at::Tensor& bytes, int root, LeaderLinks::Kind kind) const {
   std::vector<LeaderLinks::Send> sends;
@@ -304,6 +324,12 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
     });
     if (!lost.empty()) {
       failEngine(ctx, lost);
+    }
+    if (const auto& wrong = onLinks->wrongSize()) {
+      health_.fail(ctx.describe(),
+                   c10::str(health_.self(), " received ", wrong->bytes, " bytes from rank ",
+                            members_[wrong->member], " where it expected ", wrong->expected,
+                            " (a fault of dummy_collectives: the ranks had agreed on the call)"));
     }
     return;
   }

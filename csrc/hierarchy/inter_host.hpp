@@ -71,6 +71,12 @@ class InterHostEngine {
   // frame into `in`; -1 leaves either out. A step of a chain through the members.
   c10::intrusive_ptr<c10d::Work> sendRecvOnLinks(
       int to, const at::Tensor& out, int from, const at::Tensor& in) const;
+  // On the links (one operation, alone): to every other member m, sends `sendTo(m)` and
+  // receives m's frame into `receiveFrom(m)` (an empty tensor is neither sent nor expected, so
+  // both ends must agree on which are). An all-to-all whose parts lie where they lie.
+  c10::intrusive_ptr<c10d::Work> piecesOnLinks(
+      const std::function<at::Tensor(int)>& sendTo,
+      const std::function<at::Tensor(int)>& receiveFrom) const;
   // Member m's block of `out` is bytes [offsets[m], offsets[m + 1]) (blocks may differ in
   // size); this member's is in place already, and every member receives every other's: on the
   // links (`alone`), else by the engine's all-to-all of a copy of our block for every member.

@@ -371,6 +371,13 @@ bool LeaderLinks::Operation::moveBytes() {
       }
       in.got += static_cast<size_t>(n);
     }
+    if (kind_ == Kind::kData && in.got >= sizeof(FrameHeader) &&
+        in.header.kind == static_cast<uint32_t>(kind_) &&
+        in.header.bytes != static_cast<uint64_t>(in.slot.numel())) {
+      wrongSize_ = WrongSize{in.member, in.header.bytes, in.slot.numel()};
+      links_.breakLinks("a data frame of another size than its receive arrived");
+      return true;
+    }
     const bool whole = in.got >= sizeof(FrameHeader) &&
         in.got == sizeof(FrameHeader) + in.header.bytes;
     if (whole && in.header.kind != static_cast<uint32_t>(kind_)) {

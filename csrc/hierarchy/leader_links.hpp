@@ -127,6 +127,17 @@ class LeaderLinks::Operation final : public c10d::Work {
   int otherKindFrom() const {
     return otherKindFrom_;
   }
+  // A data frame whose size is not its receive's (the operation ended there): who sent it, its
+  // size and the receive's. Data moves only after every rank agreed on the call, so this is a
+  // fault of ours; the bytes are never taken for data, and the streams no longer pair.
+  struct WrongSize {
+    int member;
+    uint64_t bytes;
+    int64_t expected;
+  };
+  const std::optional<WrongSize>& wrongSize() const {
+    return wrongSize_;
+  }
 
  private:
   struct Outgoing;
@@ -140,6 +151,7 @@ class LeaderLinks::Operation final : public c10d::Work {
   std::vector<Outgoing> out_;
   std::vector<Incoming> in_;
   int otherKindFrom_ = -1;
+  std::optional<WrongSize> wrongSize_;
   bool done_ = false;
 };
 

@@ -167,11 +167,10 @@ constexpr size_t kEngineAllreduceMinBytes = size_t{4} << 20;
 // commutative operation), so the order caveat below does not arise.
 constexpr size_t kTwoMembersEngineAllreduceMinBytes = size_t{32} << 20;
 
-// Two members on the links fold halves of chunks this large (CrossHostReduction's
-// foldHalvesOnLinks) and swap smaller ones whole. Alternated (3 passes, 2 runs each): the
-// leaders' 4 MiB chunks of 3+1 at 64 MiB 0.98x / 0.98x -> 1.26x / 1.32x gloo, 1+3 0.93x / 1.28x
-// -> 1.09x / 1.22x; the 2x2 rails' chunks of 512 KiB lost a round trip to the halves (64 MiB
-// 2.04x / 2.62x -> 1.61x / 1.65x).
+// Two members on the links fold halves of chunks this large (foldPiecesOnLinks) and swap smaller
+// ones whole. Alternated (3 passes, 2 runs each): the leaders' 4 MiB chunks of 3+1 at 64 MiB
+// 0.98x / 0.98x -> 1.26x / 1.32x gloo, 1+3 0.93x / 1.28x -> 1.09x / 1.22x; the 2x2 rails'
+// chunks of 512 KiB lost a round trip to the halves (64 MiB 2.04x / 2.62x -> 1.61x / 1.65x).
 constexpr size_t kHalvesMinBytes = size_t{2} << 20;
 
 // Whether the engine's allreduce computes what dummy's kernels do for `spec` (across hosts: no
@@ -223,44 +222,45 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, bool anyOr
   return std::nullopt;
 }
 
-// Two members on the links: each receives the other's half of its own half of `data` (member m
-// keeps half m), folds it in host order and sends the folded half back. The swap's bytes (all of
-// `data` each way, in two steps), half its fold, and no copy of the whole: how two leaders
-// reduce their large chunks (CrossHostReduction) and two hosts of one rank their segments
-// (allreduceInSegmentsOnLinks). The halves are cut on a cache line, so neither needs padding.
-// `scratch`, where large enough, receives the other's half (else a fresh tensor does).
-void foldHalvesOnLinks(const InterHostEngine& engine, const OpContext& ctx,
+// On the links, member m folds piece m of every member's `data` in host order, its own read in
+// place and the others' received into scratch (an all-to-all of the pieces), then sends the
+// folded piece to every other member, straight into its place in their `data` (an all-gather of
+// blocks). A ring's bytes (2(H-1)/H of `data` each way) in two steps where gloo's ring takes
+// 2(H-1), no copy of `data`, each member folding one piece; pieces are cut on cache lines, so
+// none needs padding (the last may be short, or empty). Two members fold halves: the swap's
+// bytes with half its fold. How leaders reduce their large chunks (CrossHostReduction) and
+// hosts of one rank their segments (allreduceInSegmentsOnLinks). `scratch`, where large enough,
+// receives the others' pieces (else a fresh tensor does).
+void foldPiecesOnLinks(const InterHostEngine& engine, const OpContext& ctx,
                        const ReduceSpec& across, const at::Tensor& data,
                        const at::Tensor& scratch = {}) {
+  const int members = engine.size();
   const int me = engine.rank();
-  const int other = 1 - me;
   const int64_t n = data.numel();
-  const int64_t line = lineElements(data.element_size());
-  const int64_t cut = std::min(n, (n / 2 + line - 1) / line * line); // half 0: [0, cut)
-  auto half = [&](int m) {
-    return m == 0 ? data.narrow(0, 0, cut) : data.narrow(0, cut, n - cut);
+  const int64_t per = roundUp(ceilDiv(n, members), lineElements(data.element_size()));
+  auto piece = [&](int m) {
+    const int64_t begin = std::min(n, m * per);
+    return data.narrow(0, begin, std::min(n, begin + per) - begin);
   };
-  at::Tensor mine = half(me);
-  at::Tensor theirs = half(other);
-  at::Tensor received = scratch.defined() && scratch.numel() >= mine.numel()
-      ? scratch.narrow(0, 0, mine.numel())
-      : at::empty_like(mine);
-  const int64_t es = data.element_size();
-  std::vector<int64_t> mineSplits(2, 0);
-  std::vector<int64_t> theirsSplits(2, 0);
-  mineSplits[other] = mine.numel() * es;
-  theirsSplits[other] = theirs.numel() * es;
-  {
-    at::Tensor out = bytesOf(received);
-    at::Tensor in = bytesOf(theirs);
-    engine.wait(engine.alltoall(out, in, mineSplits, theirsSplits, /*alone=*/true), ctx);
+  at::Tensor mine = piece(me);
+  const int64_t m = mine.numel();
+  const int64_t slots = (members - 1) * m;
+  at::Tensor received = scratch.defined() && scratch.numel() >= slots
+      ? scratch.narrow(0, 0, slots)
+      : at::empty({slots}, data.options());
+  // Member s's piece `me` (none from this member).
+  auto slot = [&](int s) { return received.narrow(0, (s < me ? s : s - 1) * m, m); };
+  engine.wait(engine.piecesOnLinks([&](int d) { return bytesOf(piece(d)); },
+                                   [&](int s) { return bytesOf(slot(s)); }),
+              ctx);
+  std::vector<const void*> srcs;
+  for (int s = 0; s < members; ++s) {
+    srcs.push_back(s == me ? mine.data_ptr() : slot(s).data_ptr());
   }
-  const void* first = me == 0 ? mine.data_ptr() : received.data_ptr();
-  const void* second = me == 0 ? received.data_ptr() : mine.data_ptr();
-  fold(across, mine.data_ptr(), {first, second}, mine.numel());
-  at::Tensor out = bytesOf(theirs);
-  at::Tensor in = bytesOf(mine);
-  engine.wait(engine.alltoall(out, in, theirsSplits, mineSplits, /*alone=*/true), ctx);
+  fold(across, mine.data_ptr(), srcs, m);
+  engine.wait(engine.piecesOnLinks([&](int) { return bytesOf(mine); },
+                                   [&](int s) { return bytesOf(piece(s)); }),
+              ctx);
 }
 
 // The cross-host stage of a pipelined allreduce: afterwards every member of `engine` holds, in
@@ -332,7 +332,7 @@ class CrossHostReduction {
     }
     Pending exchanged;
     if (engine_.size() == 2 && onLinks_ && bytes >= kHalvesMinBytes) {
-      foldHalvesOnLinks(engine_, ctx_, spec_, data);
+      foldPiecesOnLinks(engine_, ctx_, spec_, data);
       k = Chunk();
       k.done = true;
       return nullptr;
@@ -557,45 +557,65 @@ void allreduceThroughLeaders(
       across && across->onLinks() ? 1 : -1, [&] { levels.host.expedite(); });
 }
 
-// Two hosts of one rank on the leaders' links: an allreduce's segment (below).
-constexpr int64_t kLinksSegmentBytes = int64_t{4} << 20;
+// One rank per host on the leaders' links: an allreduce's segment (below), by host count. The
+// pieces of a segment stay in cache while they are sent, received and folded; each segment costs
+// two waits for every host. Two hosts: alternated with the swap below 32 MiB and gloo's own
+// allreduce from it (3 passes, 2 runs each; then as an all-to-all and all-gather of padded
+// pieces): 4 MiB 0.97x / 1.25x -> 1.67x / 1.52x gloo, 16 MiB 1.11x / 1.13x -> 1.33x / 1.66x,
+// 64 MiB 1.32x / 0.86x -> 1.54x / 1.25x. Three hosts sharing two cores, segments of 1, 2 and
+// 4 MiB alternated in one process with gloo's own allreduce (5 launches): 2 MiB the best from
+// 4 MiB on, medians 4 MiB 0.99x -> 1.32x, 16 MiB 0.96x -> 1.13x, 64 MiB 0.93x -> 1.01x; 1 MiB
+// (one segment) 1.40x -> 1.75x (docs/benchmarks.md, "Three hosts of one rank: pieces on the
+// links").
+constexpr int64_t kTwoHostsSegmentBytes = int64_t{4} << 20;
+constexpr int64_t kHostsSegmentBytes = int64_t{2} << 20;
 
-// Two hosts of one rank, on the leaders' links, segment by segment (kLinksSegmentBytes): each
-// segment's halves are folded where they are kept and swapped back (foldHalvesOnLinks). A
-// ring's bytes (the message each way), without gloo's thread hand-offs; each host folds half the
-// message, where a swap of whole messages folds all of it, and a segment's scratch stays in
-// cache. Alternated with the swap below 32 MiB and gloo's own allreduce from it (3 passes, 2 runs
-// each; then as an all-to-all and all-gather of padded pieces): 4 MiB 0.97x / 1.25x -> 1.67x /
-// 1.52x gloo, 16 MiB 1.11x / 1.13x -> 1.33x / 1.66x, 64 MiB 1.32x / 0.86x -> 1.54x / 1.25x; at
-// 1 Gbit/s a tie either way. Three hosts sharing two cores lost as an all-to-all and all-gather
-// (16 MiB 0.97x / 1.22x -> 0.71x / 0.59x), and so did a ring of send-receive steps on the links
-// (16 MiB 0.71-0.73x, 64 MiB 0.52-0.54x): every step waits for all three processes, one of which
-// two cores always leave waiting, where gloo's ring runs on threads and buffers of its own.
-// Beyond two hosts gloo's ring stays.
+// Whether one rank per host allreduces in segments on the leaders' links: two hosts always
+// (both forms send the same bytes, N each way), more where the link is fast. On a slow link
+// three hosts run gloo's own allreduce from beyond small records (HierarchySettings::
+// engineAllreduceMinBytes): there both forms are bound by the link, gloo's own a little ahead
+// (3 hosts at 1 Gbit/s, 1-16 MiB, alternated in one process, 2 launches: 0.97-1.00x gloo as
+// gloo's own, 0.96-0.98x as segments).
+bool allreducesInSegments(const Levels& levels) {
+  const InterHostEngine& rail = *levels.rail;
+  return rail.hasLinks() && (rail.size() == 2 || !levels.settings.engineAllreduceMinBytes);
+}
+
+// One rank per host, on the leaders' links, segment by segment: each segment's pieces are
+// folded where they are kept and sent back (foldPiecesOnLinks). A ring's bytes, without gloo's
+// thread hand-offs, each host folding its piece of the message, the same bits on every rank for
+// every dtype and operation. Earlier forms that lost to gloo's ring on three hosts sharing two
+// cores: an all-to-all and all-gather of padded copies (16 MiB 0.71x / 0.59x) and a ring of
+// send-receive steps on the links (16 MiB 0.71-0.73x, 64 MiB 0.52-0.54x): each step waits for
+// all three processes, one of which two cores always leave waiting.
 void allreduceInSegmentsOnLinks(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
   debug_log::note("one rank per host, in segments on the links");
+  const InterHostEngine& rail = *levels.rail;
   const ReduceSpec across = crossSpec(spec);
   const int64_t line = lineElements(flat.element_size());
-  const int64_t segment = std::max(2 * line, kLinksSegmentBytes / flat.element_size());
-  // The other's half of a segment lands here (half a segment, a cache line more for the cut).
-  at::Tensor scratch = at::empty({std::min(flat.numel(), segment / 2 + line)}, flat.options());
+  const int64_t segmentBytes = rail.size() == 2 ? kTwoHostsSegmentBytes : kHostsSegmentBytes;
+  const int64_t segment = std::max(rail.size() * line, segmentBytes / flat.element_size());
+  // The others' pieces of a segment land here (a piece is a segment's share, rounded up to a
+  // cache line).
+  const int64_t piece = roundUp(ceilDiv(std::min(flat.numel(), segment), rail.size()), line);
+  at::Tensor scratch = at::empty({(rail.size() - 1) * piece}, flat.options());
   for (int64_t begin = 0; begin < flat.numel(); begin += segment) {
-    foldHalvesOnLinks(*levels.rail, ctx, across,
+    foldPiecesOnLinks(rail, ctx, across,
                       flat.narrow(0, begin, std::min(segment, flat.numel() - begin)), scratch);
   }
 }
 
-// One rank per host: the cross-host reduction of the whole message (two hosts with links: in
-// segments, above; else in one operation: the engine's own allreduce where it computes what our
-// kernels do, else one exchange and a fold), PREMUL_SUM's factor applied first as the in-host
-// stage would.
+// One rank per host: the cross-host reduction of the whole message (on the links in segments,
+// above, where allreducesInSegments; else in one operation: the engine's own allreduce where it
+// computes what our kernels do, else an exchange and a fold), PREMUL_SUM's factor applied first
+// as the in-host stage would.
 void allreduceOneRankPerHost(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
   if (spec.premul) {
     flat.mul_(spec.factor);
   }
-  if (levels.rail->hasLinks() && levels.rail->size() == 2) {
+  if (allreducesInSegments(levels)) {
     allreduceInSegmentsOnLinks(levels, ctx, flat, spec);
     return;
   }
@@ -1170,18 +1190,28 @@ void reduceScatterData(
       {[&](int c) -> Pending {
          State& s = states[c];
          const int64_t m = plan.length(c);
-         at::Tensor byRail = at::empty({L * H * m}, in.options()); // [k][h][m]
+         // One chunk of hosts of one rank numbered in host order: the input is in rail order.
+         bool inRailOrder = plan.count == 1;
          for (int k = 0; k < L; ++k) {
            for (int h = 0; h < H; ++h) {
+             inRailOrder = inRailOrder && topology.ranksOn(h)[k] == k * H + h;
+           }
+         }
+         // memcpy, not ATen's copy_: where ranks share cores its OpenMP threads spin after a
+         // large copy and starve the network threads (copiesOf). 3x1's reduce-scatter of 4 MiB
+         // under torchrun (OMP_NUM_THREADS unset): 20-26 ms with copy_ into a new tensor,
+         // 5.5-7.5 ms with neither (gloo's: 24-36 ms).
+         at::Tensor byRail = inRailOrder ? in : at::empty({L * H * m}, in.options()); // [k][h][m]
+         for (int k = 0; k < L && !inRailOrder; ++k) {
+           for (int h = 0; h < H; ++h) {
              const int rank = topology.ranksOn(h)[k];
-             byRail.narrow(0, (k * H + h) * m, m).copy_(in.narrow(0, rank * n + plan.begin(c), m));
+             copyUnlessSame(byRail.narrow(0, (k * H + h) * m, m),
+                            in.narrow(0, rank * n + plan.begin(c), m));
            }
          }
          if (L == 1) {
-           s.sums = byRail;
-           if (spec.premul) {
-             s.sums.mul_(spec.factor);
-           }
+           // The input itself is never written: premultiplied, it is a new tensor.
+           s.sums = spec.premul ? byRail.mul(spec.factor) : byRail;
            return nullptr;
          }
          s.sums = at::empty({H * m}, in.options());

@@ -303,13 +303,15 @@ void TwoLevelLowering::logCreation(int me) const {
          levels_->oneRankPerHost()
              ? c10::str("cross hosts whole, in one engine operation",
                         !linksBetweenHosts()       ? ""
-                            : topology_.hostCount() == 2 ? " on the leaders' links (allreduce in "
-                                                           "4 MiB segments, half folded on each "
-                                                           "host)"
-                                                         : " on the leaders' links (gloo's own "
-                                                           "allreduce where its ring is faster; "
-                                                           "broadcasts along a chain of the "
-                                                           "hosts)",
+                            : topology_.hostCount() == 2
+                            ? " on the leaders' links (allreduce in 4 MiB segments, half folded "
+                              "on each host)"
+                            : c10::str(" on the leaders' links (",
+                                       levels_->settings.engineAllreduceMinBytes
+                                           ? "allreduce as gloo's own on this slow link"
+                                           : "allreduce in 2 MiB segments, each host folding a "
+                                             "piece",
+                                       "; broadcasts along a chain of the hosts)"),
                         " (one rank per host: no in-host stage for a pipeline to overlap)")
              : c10::str("are pipelined in at least ", two_level::kMinChunks, " chunks of ",
                         bytes(levels_->settings.minChunkBytes), " to inter_host_chunk_bytes ",
