@@ -14,6 +14,8 @@ Scenarios:
   kill VICTIM                 a loop of collectives; rank VICTIM SIGKILLs itself mid-way
   mismatch                    ranks on different hosts (then on one host) call different
                               collectives; the group must stay usable
+  alltoall                    all_to_all_single with split sizes that disagree (every rank
+                              raises, the group stays usable), then with uneven ones
   skip VICTIM                 rank VICTIM skips one collective; the others time out
   cuda                        collectives on CUDA tensors of the one GPU every rank shares,
                               checked against exact values
@@ -199,6 +201,30 @@ def mismatch(out_dir: str) -> Result:
     return result
 
 
+def alltoall(out_dir: str) -> Result:
+    """all_to_all_single across hosts: split sizes that disagree raise on every rank, before
+    any data moves, and leave the group usable; uneven splits then land where they belong."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    result: Result = {}
+    n = 3 if rank == 0 else 2
+    out = torch.full((ws * n,), -1.0)
+    result["mismatch"] = _attempt(lambda: dist.all_to_all_single(out, torch.ones(ws * n)))
+    result["mismatch_untouched"] = bool((out == -1).all())
+    # Rank s sends rank d (d + 1) * 1000 + s elements of value s * 1000 + d: parts of odd
+    # lengths, every rank's different.
+    sends = [(d + 1) * 1000 + rank for d in range(ws)]
+    receives = [(rank + 1) * 1000 + s for s in range(ws)]
+    inp = torch.cat([torch.full((k,), float(rank * 1000 + d)) for d, k in enumerate(sends)])
+    out = torch.empty(sum(receives))
+    result["uneven"] = _attempt(lambda: dist.all_to_all_single(out, inp, receives, sends))
+    expected = torch.cat([torch.full((k,), float(s * 1000 + rank)) for s, k in enumerate(receives)])
+    result["uneven_exact"] = bool(out.equal(expected))
+    t = torch.ones(5)
+    result["usable_after_error"] = _attempt(lambda: dist.all_reduce(t))
+    result["usable_after"] = bool((t == ws).all())
+    return result
+
+
 def one_way_mismatch(out_dir: str, variant: str) -> Result:
     """Broadcasts whose root's host sends its record one way, called differently (``variant``):
     ``sizes``, inline sizes (rank 0 the root; its host's ranks 4 floats, every other host's 5);
@@ -315,6 +341,7 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "ddp": ddp,
     "kill": kill,
     "mismatch": mismatch,
+    "alltoall": alltoall,
     "one_way_mismatch": one_way_mismatch,
     "skip": skip,
     "cuda": cuda,

@@ -289,6 +289,29 @@ def test_mismatches_between_hosts_of_one_rank_fail_both(hosts, records) -> None:
         assert other is not None and "broadcast #2" in other and "allreduce #2" in other, result
 
 
+@support.requires_dummy
+@pytest.mark.parametrize(
+    ("layout", "records"), [("2x1", "links"), ("3x1", "links"), ("2x1", "gloo"), ("2x2", "links")]
+)
+def test_alltoall_across_hosts_checks_split_sizes_and_moves_uneven_parts(
+    layout: str, records: str
+) -> None:
+    # One rank per host numbered in host order: the sizes ride with the agreement and the parts
+    # cross on the leaders' links; 2x2 and gloo's records: gloo's own all-to-all.
+    count, per_host = int(layout[0]), int(layout[2])
+    with namespaced_hosts.NamespacedHosts(count) as made:
+        job = run_job(made, "alltoall", nproc=(per_host,) * count, env=LINKS[records])
+    check_ran_everywhere(job, count * per_host)
+    assert job.returncodes == [0] * count, job.report()
+    for r, result in job.results.items():
+        mismatch = result["mismatch"]
+        assert mismatch is not None and "split sizes do not match across ranks" in mismatch, r
+        assert "rank 0 sends 12 bytes to rank 1, which expects 8" in mismatch, (r, mismatch)
+        assert result["mismatch_untouched"], (r, result)
+        assert result["uneven"] is None and result["uneven_exact"], (r, result)
+        assert result["usable_after_error"] is None and result["usable_after"], (r, result)
+
+
 # Every path a broadcast takes (in the in-host records, shared from the root's record, after
 # it) on hosts of one rank, uniform hosts and uneven ones; not the pairs that repeat a path
 # (on hosts of one rank "mid" rides in the record as "sizes" does; 1+3's two roots meet

@@ -279,16 +279,16 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(
   return backend_->broadcast(tensors, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> InterHostEngine::sendRecvOnLinks(
-    int to, const at::Tensor& out, int from, const at::Tensor& in) const {
-  TORCH_CHECK(links_, "dummy_collectives: a chain step needs the links between hosts");
+c10::intrusive_ptr<c10d::Work> InterHostEngine::relayOnLinks(
+    int from, int to, const at::Tensor& bytes) const {
+  TORCH_CHECK(links_, "dummy_collectives: a relay needs the links between hosts");
   std::vector<LeaderLinks::Send> sends;
   std::vector<LeaderLinks::Receive> receives;
-  if (to >= 0) {
-    sends.push_back({to, out});
-  }
   if (from >= 0) {
-    receives.push_back({from, in});
+    receives.push_back({from, bytes});
+  }
+  if (to >= 0) {
+    sends.push_back({to, bytes, from >= 0 ? 0 : -1});
   }
   return links_->start(LeaderLinks::Kind::kData, std::move(sends), std::move(receives));
 }

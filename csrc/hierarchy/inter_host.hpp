@@ -67,10 +67,10 @@ class InterHostEngine {
       std::vector<int64_t> inSplits,
       bool alone = false) const;
   c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& data, int root, bool alone = false) const;
-  // On the links (one operation, alone): sends `out` to member `to` and receives member `from`'s
-  // frame into `in`; -1 leaves either out. A step of a chain through the members.
-  c10::intrusive_ptr<c10d::Work> sendRecvOnLinks(
-      int to, const at::Tensor& out, int from, const at::Tensor& in) const;
+  // On the links (one operation, alone): receives member `from`'s frame into `bytes` and passes
+  // it on to member `to` as it lands (the bytes received so far, not waiting for the whole);
+  // from -1: sends `bytes`; to -1: receives only. A host's part in a chain through the members.
+  c10::intrusive_ptr<c10d::Work> relayOnLinks(int from, int to, const at::Tensor& bytes) const;
   // On the links (one operation, alone): to every other member m, sends `sendTo(m)` and
   // receives m's frame into `receiveFrom(m)` (an empty tensor is neither sent nor expected, so
   // both ends must agree on which are). An all-to-all whose parts lie where they lie.

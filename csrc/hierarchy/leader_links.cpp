@@ -268,6 +268,7 @@ struct LeaderLinks::Operation::Outgoing {
   Peer* peer;
   FrameHeader header;
   at::Tensor bytes;
+  int forwards; // Send::forwards
   size_t sent = 0; // of sizeof(header) + bytes
 };
 
@@ -287,8 +288,14 @@ LeaderLinks::Operation::Operation(
     TORCH_CHECK(s.member != links_.me_ && s.bytes.is_contiguous(),
                 "dummy_collectives: a leader link send to ", s.member);
     const auto bytes = static_cast<uint64_t>(s.bytes.numel());
+    TORCH_CHECK(s.forwards < static_cast<int>(receives.size()) &&
+                    (s.forwards < 0 ||
+                     (receives[s.forwards].slot.data_ptr() == s.bytes.data_ptr() &&
+                      receives[s.forwards].slot.numel() == s.bytes.numel())),
+                "dummy_collectives: a leader link send forwards what no receive of it lands");
     out_.push_back(Outgoing{links_.peer(kind, s.member),
-                            {static_cast<uint32_t>(kind), 0, bytes}, std::move(s.bytes)});
+                            {static_cast<uint32_t>(kind), 0, bytes}, std::move(s.bytes),
+                            s.forwards});
   }
   for (auto& r : receives) {
     TORCH_CHECK(r.member != links_.me_ && r.slot.is_contiguous(),
@@ -317,11 +324,52 @@ void LeaderLinks::Operation::finish() {
   links_.busy_ = false;
 }
 
+size_t LeaderLinks::Operation::sendable(const Outgoing& o) const {
+  const size_t total = sizeof(FrameHeader) + o.header.bytes;
+  if (o.forwards < 0) {
+    return total;
+  }
+  // The header at once (the length is agreed), the payload as far as it has landed.
+  const size_t landed = in_[o.forwards].got;
+  return std::min(total, std::max(landed, sizeof(FrameHeader)));
+}
+
 bool LeaderLinks::Operation::moveBytes() {
+  if (std::none_of(out_.begin(), out_.end(), [](const Outgoing& o) { return o.forwards >= 0; })) {
+    return movePass();
+  }
+  // Passes until one moves nothing: a forwarding send goes on with what its receive just landed.
+  for (;;) {
+    size_t before = 0;
+    for (const auto& o : out_) {
+      before += o.sent;
+    }
+    for (const auto& in : in_) {
+      before += in.got;
+    }
+    const bool done = movePass();
+    if (done) {
+      return true;
+    }
+    size_t after = 0;
+    for (const auto& o : out_) {
+      after += o.sent;
+    }
+    for (const auto& in : in_) {
+      after += in.got;
+    }
+    if (after == before) {
+      return false;
+    }
+  }
+}
+
+bool LeaderLinks::Operation::movePass() {
   bool done = true;
   for (auto& o : out_) {
     const size_t total = sizeof(FrameHeader) + o.header.bytes;
-    while (o.sent < total) {
+    const size_t limit = sendable(o);
+    while (o.sent < limit) {
       std::array<iovec, 2> parts{};
       int count = 0;
       if (o.sent < sizeof(FrameHeader)) {
@@ -329,9 +377,10 @@ bool LeaderLinks::Operation::moveBytes() {
                           sizeof(FrameHeader) - o.sent};
       }
       const size_t dataSent = o.sent > sizeof(FrameHeader) ? o.sent - sizeof(FrameHeader) : 0;
-      if (dataSent < o.header.bytes) {
+      const size_t dataLimit = limit - sizeof(FrameHeader);
+      if (dataSent < dataLimit) {
         parts[count++] = {static_cast<char*>(o.bytes.data_ptr()) + dataSent,
-                          o.header.bytes - dataSent};
+                          dataLimit - dataSent};
       }
       msghdr message{};
       message.msg_iov = parts.data();
@@ -400,7 +449,8 @@ bool LeaderLinks::Operation::progressUntil(Clock::time_point until) {
     }
     std::vector<pollfd> fds;
     for (const auto& o : out_) {
-      if (o.sent < sizeof(FrameHeader) + o.header.bytes) {
+      // A forwarding send with nothing landed to send waits on its receive, not on POLLOUT.
+      if (o.sent < sendable(o)) {
         fds.push_back({o.peer->fd, POLLOUT, 0});
       }
     }

@@ -73,6 +73,9 @@ class LeaderLinks {
   struct Send {
     int member;
     at::Tensor bytes; // contiguous uint8, kept alive by the operation
+    // Where >= 0: a receive of this operation (its index) whose slot is `bytes`; only what it
+    // has landed is sent, so a host passes a message on as it arrives (a chain's broadcast).
+    int forwards = -1;
   };
   struct Receive {
     int member;
@@ -142,8 +145,11 @@ class LeaderLinks::Operation final : public c10d::Work {
  private:
   struct Outgoing;
   struct Incoming;
-  // One pass over every socket without blocking; true when the operation is done.
+  // Passes over every socket without blocking; true when the operation is done.
   bool moveBytes();
+  bool movePass();
+  // How much of `o`'s frame (header included) may be sent now.
+  size_t sendable(const Outgoing& o) const;
   void finish();
 
   LeaderLinks& links_;

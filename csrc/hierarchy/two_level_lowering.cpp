@@ -135,9 +135,12 @@ constexpr int kFewHosts = 3;
 // one rank: 0.75x gloo with 256 KiB records, 0.95x with 1 MiB); each side copies the data
 // once, so records stay small next to the transfer.
 constexpr size_t kOneWayBytes = size_t{1} << 20;
-// Allreduce records of three or more hosts of one rank on a slow link: 64 KiB still ran at
-// 2.3x gloo at 1 Gbit/s, where its extra bytes cost less than the ring's steps.
-constexpr size_t kSlowLinkAllreduceInlineBytes = size_t{64} << 10;
+// Records of three or more hosts of one rank on a slow link, whose data goes to every other
+// host: an allreduce's of 64 KiB still ran at 2.3x gloo at 1 Gbit/s, where its extra bytes
+// cost less than the ring's steps. A broadcast's beyond it goes along the chain of the hosts,
+// the root sending the message once (3x1 at 1 Gbit/s, 1 MiB in the record: 1.00-1.04x gloo,
+// the root sending it to both).
+constexpr size_t kSlowLinkRecordBytes = size_t{64} << 10;
 
 } // namespace
 
@@ -247,7 +250,7 @@ TwoLevelLowering::TwoLevelLowering(
     // 256 KiB in records 0.73-0.78x gloo, 1 MiB as an all-to-all, a fold and an all-gather
     // 0.92-0.95x, gloo's own allreduce of 2 MiB 0.99x (docs/benchmarks.md, "Three or more
     // hosts of one rank on a slow link").
-    settings.allreduceInlineBytes = kSlowLinkAllreduceInlineBytes;
+    settings.allreduceInlineBytes = kSlowLinkRecordBytes;
     settings.engineAllreduceMinBytes = 0;
   }
   settings.allreduceInlineBytes = std::min(settings.allreduceInlineBytes, settings.inlineBytes);
@@ -257,6 +260,9 @@ TwoLevelLowering::TwoLevelLowering(
   settings.oneWayBytes = topology_.hostCount() <= kFewHosts
       ? std::max(settings.inlineBytes, kOneWayBytes)
       : settings.inlineBytes;
+  if (recordsOrRing && settings.linkGbitPerSecond * 1e9 < kSlowLinkBitsPerSecond) {
+    settings.oneWayBytes = std::min(settings.oneWayBytes, kSlowLinkRecordBytes);
+  }
   levels_ = std::unique_ptr<Levels>(
       new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
   fault_ = fault_injection::fromEnv(); // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
@@ -336,7 +342,8 @@ void TwoLevelLowering::logCreation(int me) const {
                           bytes(levels_->settings.allreduceInlineBytes),
                           " ride no record and run gloo's own allreduce (its ring sends 2(H-1)/H "
                           "of the message from each host, a record all of it to every other "
-                          "host)")
+                          "host), and broadcasts beyond ", bytes(levels_->settings.oneWayBytes),
+                          " go along the chain of the hosts")
                : c10::str("at least ", kSlowLinkBitsPerSecond / 1e9,
                           " Gbit/s, allreduce records as large as the others"));
   }
