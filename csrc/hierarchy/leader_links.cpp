@@ -339,26 +339,22 @@ bool LeaderLinks::Operation::moveBytes() {
     return movePass();
   }
   // Passes until one moves nothing: a forwarding send goes on with what its receive just landed.
-  for (;;) {
-    size_t before = 0;
+  auto moved = [this] {
+    size_t bytes = 0;
     for (const auto& o : out_) {
-      before += o.sent;
+      bytes += o.sent;
     }
     for (const auto& in : in_) {
-      before += in.got;
+      bytes += in.got;
     }
-    const bool done = movePass();
-    if (done) {
+    return bytes;
+  };
+  for (;;) {
+    const size_t before = moved();
+    if (movePass()) {
       return true;
     }
-    size_t after = 0;
-    for (const auto& o : out_) {
-      after += o.sent;
-    }
-    for (const auto& in : in_) {
-      after += in.got;
-    }
-    if (after == before) {
+    if (moved() == before) {
       return false;
     }
   }
