@@ -191,22 +191,15 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::toEveryOtherOnLinks(
     LeaderLinks::Kind kind,
     const at::Tensor& bytes,
     const std::function<at::Tensor(int)>& slotOf) const {
-  std::vector<LeaderLinks::Send> sends;
-  std::vector<LeaderLinks::Receive> receives;
-  if (bytes.numel() > 0) {
-    for (int m = 0; m < size(); ++m) {
-      if (m != rank()) {
-        sends.push_back({m, bytes});
-        receives.push_back({m, slotOf(m)});
-      }
-    }
-  }
-  return links_->start(kind, std::move(sends), std::move(receives));
+  return piecesOnLinks(
+      [&](int) { return bytes; },
+      [&](int m) { return bytes.numel() > 0 ? slotOf(m) : at::Tensor(); }, kind);
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::piecesOnLinks(
     const std::function<at::Tensor(int)>& sendTo,
-    const std::function<at::Tensor(int)>& receiveFrom) const {
+    const std::function<at::Tensor(int)>& receiveFrom,
+    LeaderLinks::Kind kind) const {
   TORCH_CHECK(links_, "dummy_collectives: pieces on the links need the links between hosts");
   std::vector<LeaderLinks::Send> sends;
   std::vector<LeaderLinks::Receive> receives;
@@ -214,14 +207,14 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::piecesOnLinks(
     if (m == rank()) {
       continue;
     }
-    if (at::Tensor out = sendTo(m); out.numel() > 0) {
+    if (at::Tensor out = sendTo(m); out.defined() && out.numel() > 0) {
       sends.push_back({m, std::move(out)});
     }
-    if (at::Tensor in = receiveFrom(m); in.numel() > 0) {
+    if (at::Tensor in = receiveFrom(m); in.defined() && in.numel() > 0) {
       receives.push_back({m, std::move(in)});
     }
   }
-  return links_->start(LeaderLinks::Kind::kData, std::move(sends), std::move(receives));
+  return links_->start(kind, std::move(sends), std::move(receives));
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::fromRootOnLinks(

@@ -73,10 +73,12 @@ class InterHostEngine {
   c10::intrusive_ptr<c10d::Work> relayOnLinks(int from, int to, const at::Tensor& bytes) const;
   // On the links (one operation, alone): to every other member m, sends `sendTo(m)` and
   // receives m's frame into `receiveFrom(m)` (an empty tensor is neither sent nor expected, so
-  // both ends must agree on which are). An all-to-all whose parts lie where they lie.
+  // both ends must agree on which are), frames of `kind`. An all-to-all whose parts lie where
+  // they lie.
   c10::intrusive_ptr<c10d::Work> piecesOnLinks(
       const std::function<at::Tensor(int)>& sendTo,
-      const std::function<at::Tensor(int)>& receiveFrom) const;
+      const std::function<at::Tensor(int)>& receiveFrom,
+      LeaderLinks::Kind kind = LeaderLinks::Kind::kData) const;
   // Member m's block of `out` is bytes [offsets[m], offsets[m + 1]) (blocks may differ in
   // size); this member's is in place already, and every member receives every other's: on the
   // links (`alone`), else by the engine's all-to-all of a copy of our block for every member.
@@ -156,7 +158,8 @@ class InterHostEngine {
       const std::vector<int64_t>& outSplits,
       const std::vector<int64_t>& inSplits) const;
   // Every member sends `bytes` to every other member and receives each one's into
-  // `slotOf(member)`; nothing moves where `bytes` is empty (every member's is then).
+  // `slotOf(member)`; nothing moves where `bytes` is empty (every member's is then). The pieces
+  // (piecesOnLinks) of one tensor sent to all.
   c10::intrusive_ptr<c10d::Work> toEveryOtherOnLinks(
       LeaderLinks::Kind kind,
       const at::Tensor& bytes,

@@ -33,12 +33,13 @@ namespace dummy_collectives::hierarchy {
 // and one-way records) on one, data on the other. A TCP connection's congestion control keeps
 // what the connection's past traffic taught it: under BBR (Linux's common choice) a connection
 // that carried bulk data both ways at a shaped 1 Gbit/s paced the next small records at that
-// estimate and its probing cycle, not at the link's speed. On one connection a 64 KiB broadcast after large allreduces ran 590-608 us
-// against gloo's 546 us (2x1 at 1 Gbit/s, 5 passes); with cubic, or with records on a connection
-// of their own, 545-546 us. Records are what every collective waits for first; data follows
-// an agreement, so each channel still pairs frame by frame. (The price, near the noise: the data
-// connection's first bulk, cold, cost three hosts' 1 MiB all-gathers at 1 Gbit/s a few per cent;
-// docs/benchmarks.md, "Records on a connection of their own".)
+// estimate and its probing cycle, not at the link's speed. On one connection a 64 KiB broadcast
+// after large allreduces ran 590-608 us against gloo's 546 us (2x1 at 1 Gbit/s, 5 passes); with
+// cubic, or with records on a connection of their own, 545-546 us. Records are what every
+// collective waits for first; data follows an agreement, so each channel still pairs frame by
+// frame. (The price, near the noise: the data connection's first bulk, cold, cost three hosts'
+// 1 MiB all-gathers at 1 Gbit/s a few per cent; docs/benchmarks.md, "Records on a connection of
+// their own".)
 class LeaderLinks {
  public:
   // What a frame is: an exchange's record, a broadcast's one-way record, or data that follows
