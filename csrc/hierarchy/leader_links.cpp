@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/types.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
+#include <dummy_collectives/debug_log.hpp>
 
 namespace dummy_collectives::hierarchy {
 namespace {
@@ -35,6 +37,9 @@ struct FrameHeader {
 };
 // A frame's bytes beyond its receive's slot are read into this and dropped.
 constexpr size_t kDropBytes = 64 << 10;
+// What a relay asks of each of its pipes: one splice moves at most a pipe's worth, and 1 MiB is
+// what Linux lets any user set (fs.pipe-max-size); where refused, the pipe keeps its 64 KiB.
+constexpr int kRelayPipeBytes = 1 << 20;
 
 std::string keyOf(int member) {
   return c10::str("dummy_collectives/leader_links/", member);
@@ -253,6 +258,45 @@ void LeaderLinks::breakLinks(const std::string& why) {
   }
 }
 
+// Two pipes for a relay (Operation::Relay): the received bytes go into the first, a tee of them
+// into the second, which feeds the next host's socket.
+struct LeaderLinks::RelayPipes {
+  std::array<int, 2> first{-1, -1};
+  std::array<int, 2> second{-1, -1};
+  size_t capacity = 0; // bytes each pipe holds
+  ~RelayPipes() {
+    for (const int fd : {first[0], first[1], second[0], second[1]}) {
+      if (fd >= 0) {
+        ::close(fd);
+      }
+    }
+  }
+};
+
+LeaderLinks::RelayPipes* LeaderLinks::relayPipes() {
+  if (relayPipes_ || relayPipesRefused_) {
+    return relayPipes_.get();
+  }
+  auto pipes = std::make_unique<RelayPipes>();
+  if (::pipe2(pipes->first.data(), O_NONBLOCK | O_CLOEXEC) != 0 ||
+      ::pipe2(pipes->second.data(), O_NONBLOCK | O_CLOEXEC) != 0) {
+    relayPipesRefused_ = true; // the copying relay works without them
+    return nullptr;
+  }
+  int capacity = kRelayPipeBytes;
+  for (const int fd : {pipes->first[1], pipes->second[1]}) {
+    ::fcntl(fd, F_SETPIPE_SZ, kRelayPipeBytes);
+    capacity = std::min(capacity, ::fcntl(fd, F_GETPIPE_SZ));
+  }
+  if (capacity <= 0) {
+    relayPipesRefused_ = true;
+    return nullptr;
+  }
+  pipes->capacity = static_cast<size_t>(capacity);
+  relayPipes_ = std::move(pipes);
+  return relayPipes_.get();
+}
+
 c10::intrusive_ptr<c10d::Work> LeaderLinks::start(
     Kind kind, std::vector<Send> sends, std::vector<Receive> receives) {
   if (!broken_.empty()) {
@@ -280,6 +324,23 @@ struct LeaderLinks::Operation::Incoming {
   size_t got = 0; // of sizeof(header) + header.bytes
 };
 
+// A send that forwards a receive of its operation (a chain's broadcast passing the message on).
+// Copying, the host recv()s each byte into its tensor and send()s it on from there: two copies
+// of every byte on the host's CPU, where the root and the last host make one each. Splicing,
+// the receive's payload moves from its socket into a pipe and is duplicated (tee) into a second
+// pipe, which is spliced into the next host's socket; the kernel moves page references, so the
+// only copy is the first pipe's read into the tensor. A relay splices once its receive's header
+// is in and says the agreed data (else the receive takes the copying path, which checks it).
+struct LeaderLinks::Operation::Relay {
+  size_t incoming; // in_'s index
+  size_t outgoing; // out_'s index
+  enum class Mode { kUndecided, kSplice, kCopy } mode = Mode::kUndecided;
+  RelayPipes* pipes = nullptr;
+  uint64_t spliced = 0; // payload bytes moved from the socket into the first pipe
+  uint64_t teed = 0; // of those, duplicated into the second pipe and read into the slot
+  uint64_t passed = 0; // of those, spliced from the second pipe into the next host's socket
+};
+
 LeaderLinks::Operation::Operation(
     LeaderLinks& links, Kind kind, std::vector<Send> sends, std::vector<Receive> receives)
     : c10d::Work(-1, c10d::OpType::UNKNOWN), links_(links), kind_(kind) {
@@ -293,6 +354,10 @@ LeaderLinks::Operation::Operation(
                      (receives[s.forwards].slot.data_ptr() == s.bytes.data_ptr() &&
                       receives[s.forwards].slot.numel() == s.bytes.numel())),
                 "dummy_collectives: a leader link send forwards what no receive of it lands");
+    if (s.forwards >= 0) {
+      TORCH_CHECK(!relay_, "dummy_collectives: two leader link sends forward at once");
+      relay_ = std::make_unique<Relay>(Relay{static_cast<size_t>(s.forwards), out_.size()});
+    }
     out_.push_back(Outgoing{links_.peer(kind, s.member),
                             {static_cast<uint32_t>(kind), 0, bytes}, std::move(s.bytes),
                             s.forwards});
@@ -329,13 +394,14 @@ size_t LeaderLinks::Operation::sendable(const Outgoing& o) const {
   if (o.forwards < 0) {
     return total;
   }
-  // The header at once (the length is agreed), the payload as far as it has landed.
+  // The header at once (the length is agreed), the payload as far as it has landed (splicing:
+  // as far as it is in the second pipe, which is what has landed).
   const size_t landed = in_[o.forwards].got;
   return std::min(total, std::max(landed, sizeof(FrameHeader)));
 }
 
 bool LeaderLinks::Operation::moveBytes() {
-  if (std::none_of(out_.begin(), out_.end(), [](const Outgoing& o) { return o.forwards >= 0; })) {
+  if (!relay_) {
     return movePass();
   }
   // Passes until one moves nothing: a forwarding send goes on with what its receive just landed.
@@ -363,58 +429,15 @@ bool LeaderLinks::Operation::moveBytes() {
 bool LeaderLinks::Operation::movePass() {
   bool done = true;
   for (auto& o : out_) {
-    const size_t total = sizeof(FrameHeader) + o.header.bytes;
-    const size_t limit = sendable(o);
-    while (o.sent < limit) {
-      std::array<iovec, 2> parts{};
-      int count = 0;
-      if (o.sent < sizeof(FrameHeader)) {
-        parts[count++] = {reinterpret_cast<char*>(&o.header) + o.sent,
-                          sizeof(FrameHeader) - o.sent};
-      }
-      const size_t dataSent = o.sent > sizeof(FrameHeader) ? o.sent - sizeof(FrameHeader) : 0;
-      const size_t dataLimit = limit - sizeof(FrameHeader);
-      if (dataSent < dataLimit) {
-        parts[count++] = {static_cast<char*>(o.bytes.data_ptr()) + dataSent,
-                          dataLimit - dataSent};
-      }
-      msghdr message{};
-      message.msg_iov = parts.data();
-      message.msg_iovlen = count;
-      const ssize_t n =
-          o.peer->moved(::sendmsg(o.peer->fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL), "send");
-      if (n < 0) {
-        break;
-      }
-      o.sent += static_cast<size_t>(n);
-    }
-    done = done && o.sent == total;
+    sendPass(o);
+    done = done && o.sent == sizeof(FrameHeader) + o.header.bytes;
   }
-  static thread_local std::array<char, kDropBytes> dropped;
-  for (auto& in : in_) {
-    while (in.got < sizeof(FrameHeader) ||
-           in.got < sizeof(FrameHeader) + in.header.bytes) {
-      char* into = nullptr;
-      size_t want = 0;
-      if (in.got < sizeof(FrameHeader)) {
-        into = reinterpret_cast<char*>(&in.header) + in.got;
-        want = sizeof(FrameHeader) - in.got;
-      } else {
-        const size_t at = in.got - sizeof(FrameHeader);
-        const auto room = static_cast<size_t>(in.slot.numel());
-        if (at < room) {
-          into = static_cast<char*>(in.slot.data_ptr()) + at;
-          want = std::min<size_t>(room, in.header.bytes) - at;
-        } else {
-          into = dropped.data();
-          want = std::min(kDropBytes, in.header.bytes - at);
-        }
-      }
-      const ssize_t n = in.peer->moved(::recv(in.peer->fd, into, want, MSG_DONTWAIT), "recv");
-      if (n < 0) {
-        break;
-      }
-      in.got += static_cast<size_t>(n);
+  for (size_t i = 0; i < in_.size(); ++i) {
+    Incoming& in = in_[i];
+    receivePass(in);
+    if (relay_ && relay_->incoming == i && relay_->mode == Relay::Mode::kUndecided &&
+        in.got >= sizeof(FrameHeader)) {
+      decideRelay();
     }
     if (kind_ == Kind::kData && in.got >= sizeof(FrameHeader) &&
         in.header.kind == static_cast<uint32_t>(kind_) &&
@@ -434,7 +457,162 @@ bool LeaderLinks::Operation::movePass() {
     }
     done = done && whole;
   }
+  if (relay_ && relay_->mode == Relay::Mode::kSplice) {
+    relayPass();
+    const Outgoing& o = out_[relay_->outgoing];
+    done = done && o.sent == sizeof(FrameHeader) + o.header.bytes;
+  }
   return done;
+}
+
+void LeaderLinks::Operation::sendPass(Outgoing& o) {
+  const bool spliced = relay_ && relay_->mode == Relay::Mode::kSplice &&
+      &o == &out_[relay_->outgoing];
+  // Splicing, the payload leaves from the second pipe (relayPass); here only the header.
+  const size_t limit = spliced ? std::min(sendable(o), sizeof(FrameHeader)) : sendable(o);
+  while (o.sent < limit) {
+    std::array<iovec, 2> parts{};
+    int count = 0;
+    if (o.sent < sizeof(FrameHeader)) {
+      parts[count++] = {reinterpret_cast<char*>(&o.header) + o.sent,
+                        sizeof(FrameHeader) - o.sent};
+    }
+    const size_t dataSent = o.sent > sizeof(FrameHeader) ? o.sent - sizeof(FrameHeader) : 0;
+    const size_t dataLimit = limit - sizeof(FrameHeader);
+    if (dataSent < dataLimit) {
+      parts[count++] = {static_cast<char*>(o.bytes.data_ptr()) + dataSent,
+                        dataLimit - dataSent};
+    }
+    msghdr message{};
+    message.msg_iov = parts.data();
+    message.msg_iovlen = count;
+    const ssize_t n =
+        o.peer->moved(::sendmsg(o.peer->fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL), "send");
+    if (n < 0) {
+      break;
+    }
+    o.sent += static_cast<size_t>(n);
+  }
+}
+
+void LeaderLinks::Operation::receivePass(Incoming& in) {
+  if (relay_ && relay_->mode == Relay::Mode::kSplice && &in == &in_[relay_->incoming]) {
+    return; // its payload moves in relayPass
+  }
+  static thread_local std::array<char, kDropBytes> dropped;
+  while (in.got < sizeof(FrameHeader) || in.got < sizeof(FrameHeader) + in.header.bytes) {
+    char* into = nullptr;
+    size_t want = 0;
+    if (in.got < sizeof(FrameHeader)) {
+      into = reinterpret_cast<char*>(&in.header) + in.got;
+      want = sizeof(FrameHeader) - in.got;
+    } else {
+      const size_t at = in.got - sizeof(FrameHeader);
+      const auto room = static_cast<size_t>(in.slot.numel());
+      if (at < room) {
+        into = static_cast<char*>(in.slot.data_ptr()) + at;
+        want = std::min<size_t>(room, in.header.bytes) - at;
+      } else {
+        into = dropped.data();
+        want = std::min(kDropBytes, in.header.bytes - at);
+      }
+    }
+    const ssize_t n = in.peer->moved(::recv(in.peer->fd, into, want, MSG_DONTWAIT), "recv");
+    if (n < 0) {
+      break;
+    }
+    in.got += static_cast<size_t>(n);
+    if (relay_ && relay_->mode == Relay::Mode::kUndecided && &in == &in_[relay_->incoming] &&
+        in.got == sizeof(FrameHeader)) {
+      break; // the header is in: the relay decides how its payload moves
+    }
+  }
+}
+
+void LeaderLinks::Operation::decideRelay() {
+  Relay& relay = *relay_;
+  const Incoming& in = in_[relay.incoming];
+  // Only the agreed data splices; anything else (another collective's frame, a wrong size)
+  // takes the copying path, which checks and reports it.
+  const bool agreed = in.got == sizeof(FrameHeader) && kind_ == Kind::kData &&
+      in.header.kind == static_cast<uint32_t>(kind_) && in.header.bytes > 0 &&
+      in.header.bytes == static_cast<uint64_t>(in.slot.numel());
+  relay.pipes = agreed ? links_.relayPipes() : nullptr;
+  relay.mode = relay.pipes != nullptr ? Relay::Mode::kSplice : Relay::Mode::kCopy;
+  if (relay.mode == Relay::Mode::kSplice) {
+    debug_log::note("relayed by splice");
+  }
+}
+
+void LeaderLinks::Operation::relayPass() {
+  Relay& relay = *relay_;
+  Incoming& in = in_[relay.incoming];
+  Outgoing& out = out_[relay.outgoing];
+  const uint64_t total = in.header.bytes;
+  const size_t capacity = relay.pipes->capacity;
+  const int first[2] = {relay.pipes->first[0], relay.pipes->first[1]};
+  const int second[2] = {relay.pipes->second[0], relay.pipes->second[1]};
+  auto* slot = static_cast<char*>(in.slot.data_ptr());
+  for (bool moving = true; moving;) {
+    moving = false;
+    // The socket into the first pipe, as far as it has room.
+    const uint64_t held = relay.spliced - relay.teed;
+    if (relay.spliced < total && held < capacity) {
+      const ssize_t n = in.peer->moved(
+          ::splice(in.peer->fd, nullptr, first[1], nullptr,
+                   std::min<uint64_t>(total - relay.spliced, capacity - held),
+                   SPLICE_F_NONBLOCK | SPLICE_F_MOVE),
+          "splice");
+      if (n > 0) {
+        relay.spliced += static_cast<uint64_t>(n);
+        moving = true;
+      }
+    }
+    // The first pipe's head into the second (both keep it), then its copy into the slot: tee
+    // always starts at the head, so what is read is exactly what was teed.
+    if (relay.spliced > relay.teed) {
+      const ssize_t n = ::tee(first[0], second[1], relay.spliced - relay.teed, SPLICE_F_NONBLOCK);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        in.peer->lost("tee");
+      }
+      for (ssize_t read = 0; read < n;) {
+        const ssize_t got = ::read(first[0], slot + relay.teed + read, n - read);
+        if (got <= 0) {
+          in.peer->lost("read");
+        }
+        read += got;
+      }
+      if (n > 0) {
+        relay.teed += static_cast<uint64_t>(n);
+        in.got += static_cast<size_t>(n);
+        moving = true;
+      }
+    }
+    // The second pipe into the next host's socket, once the header is out.
+    if (out.sent >= sizeof(FrameHeader) && relay.passed < relay.teed) {
+      const ssize_t n = out.peer->moved(
+          ::splice(second[0], nullptr, out.peer->fd, nullptr, relay.teed - relay.passed,
+                   SPLICE_F_NONBLOCK | SPLICE_F_MOVE),
+          "splice");
+      if (n > 0) {
+        relay.passed += static_cast<uint64_t>(n);
+        out.sent += static_cast<size_t>(n);
+        moving = true;
+      }
+    }
+  }
+}
+
+bool LeaderLinks::Operation::wantsInput(size_t index) const {
+  const Incoming& in = in_[index];
+  if (in.got >= sizeof(FrameHeader) && in.got >= sizeof(FrameHeader) + in.header.bytes) {
+    return false;
+  }
+  // A splicing relay whose first pipe holds bytes could not tee them: the second pipe is full,
+  // so it waits for its next host (POLLOUT), not for its socket, which may stay readable all
+  // the while (a pipe fills by buffers, not bytes: one page or a smaller piece each).
+  return !(relay_ && relay_->incoming == index && relay_->mode == Relay::Mode::kSplice &&
+           relay_->spliced > relay_->teed);
 }
 
 bool LeaderLinks::Operation::progressUntil(Clock::time_point until) {
@@ -450,9 +628,9 @@ bool LeaderLinks::Operation::progressUntil(Clock::time_point until) {
         fds.push_back({o.peer->fd, POLLOUT, 0});
       }
     }
-    for (const auto& in : in_) {
-      if (in.got < sizeof(FrameHeader) || in.got < sizeof(FrameHeader) + in.header.bytes) {
-        fds.push_back({in.peer->fd, POLLIN, 0});
+    for (size_t i = 0; i < in_.size(); ++i) {
+      if (wantsInput(i)) {
+        fds.push_back({in_[i].peer->fd, POLLIN, 0});
       }
     }
     const auto now = Clock::now();

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -76,6 +77,8 @@ class LeaderLinks {
     at::Tensor bytes; // contiguous uint8, kept alive by the operation
     // Where >= 0: a receive of this operation (its index) whose slot is `bytes`; only what it
     // has landed is sent, so a host passes a message on as it arrives (a chain's broadcast).
+    // The kernel passes the agreed data on by splice, the host copying it once (Relay). One
+    // send of an operation at most forwards.
     int forwards = -1;
   };
   struct Receive {
@@ -89,11 +92,15 @@ class LeaderLinks {
 
   struct Peer;
   class Operation;
+  struct RelayPipes;
 
  private:
   // Marks the links unusable: an operation ended without moving all its bytes (its group
   // failed), so the streams are no longer framed.
   void breakLinks(const std::string& why);
+
+  // A relay's pipes (Operation::Relay), made at the first use; null where the system refused.
+  RelayPipes* relayPipes();
 
   // The connection to `member` that carries frames of `kind`.
   Peer* peer(Kind kind, int member) const {
@@ -106,6 +113,10 @@ class LeaderLinks {
   std::vector<std::vector<std::unique_ptr<Peer>>> channels_;
   std::string broken_;
   bool busy_ = false; // one operation at a time (a group runs one collective at a time)
+  // Made at the first relay that splices (Operation::Relay), kept for the next ones; null
+  // until then, or where the system refused them.
+  std::unique_ptr<RelayPipes> relayPipes_;
+  bool relayPipesRefused_ = false;
 };
 
 // A peer's connection closed, or a socket call failed: names the peer as gloo does ("Connection
@@ -146,9 +157,18 @@ class LeaderLinks::Operation final : public c10d::Work {
  private:
   struct Outgoing;
   struct Incoming;
+  struct Relay;
   // Passes over every socket without blocking; true when the operation is done.
   bool moveBytes();
   bool movePass();
+  void sendPass(Outgoing& o);
+  void receivePass(Incoming& in);
+  // A forwarding send's payload through the relay's pipes (Relay): what they move now.
+  void relayPass();
+  // Whether the relay splices, decided once its receive's header is in.
+  void decideRelay();
+  // Whether a receive still wants its socket polled for reading.
+  bool wantsInput(size_t index) const;
   // How much of `o`'s frame (header included) may be sent now.
   size_t sendable(const Outgoing& o) const;
   void finish();
@@ -159,6 +179,7 @@ class LeaderLinks::Operation final : public c10d::Work {
   std::vector<Incoming> in_;
   int otherKindFrom_ = -1;
   std::optional<WrongSize> wrongSize_;
+  std::unique_ptr<Relay> relay_; // a send that forwards one of this operation's receives
   bool done_ = false;
 };
 
