@@ -16,6 +16,8 @@ Scenarios:
                               collectives; the group must stay usable
   alltoall                    all_to_all_single with split sizes that disagree (every rank
                               raises, the group stays usable), then with uneven ones
+  chain_broadcast             broadcasts beyond the root's record from every root, odd sizes
+                              and dtypes, each checked against exact values
   skip VICTIM                 rank VICTIM skips one collective; the others time out
   cuda                        collectives on CUDA tensors of the one GPU every rank shares,
                               checked against exact values
@@ -225,6 +227,28 @@ def alltoall(out_dir: str) -> Result:
     return result
 
 
+def chain_broadcast(out_dir: str) -> Result:
+    """Broadcasts too large for the root's record (on hosts of one rank they go along a chain of
+    the hosts, each passing the message on as it lands) from every root: odd byte counts, so
+    pipes and sockets never move whole pages only, and float and uint8 data, each checked
+    exactly on every rank; then a small allreduce, which must still pair."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    wrong = []
+    for numel, dtype in [((1 << 20) + 1, torch.uint8), (3 * (1 << 20) + 5, torch.uint8),
+                         ((4 << 20) + 3, torch.float32)]:  # fmt: skip
+        for root in range(ws):
+            generator = torch.Generator().manual_seed(numel * 7 + root)
+            expected = torch.randint(0, 251, (numel,), generator=generator).to(dtype)
+            t = expected.clone() if rank == root else torch.zeros(numel, dtype=dtype)
+            dist.broadcast(t, root)
+            if not t.equal(expected):
+                first = int((t != expected).nonzero()[0])
+                wrong.append(f"{numel} {dtype} from root {root}: first wrong element {first}")
+    t = torch.ones(5)
+    dist.all_reduce(t)
+    return {"wrong": wrong, "usable_after": bool((t == ws).all())}
+
+
 def one_way_mismatch(out_dir: str, variant: str) -> Result:
     """Broadcasts whose root's host sends its record one way, called differently (``variant``):
     ``sizes``, inline sizes (rank 0 the root; its host's ranks 4 floats, every other host's 5);
@@ -342,6 +366,7 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "kill": kill,
     "mismatch": mismatch,
     "alltoall": alltoall,
+    "chain_broadcast": chain_broadcast,
     "one_way_mismatch": one_way_mismatch,
     "skip": skip,
     "cuda": cuda,

@@ -312,6 +312,30 @@ def test_alltoall_across_hosts_checks_split_sizes_and_moves_uneven_parts(
         assert result["usable_after_error"] is None and result["usable_after"], (r, result)
 
 
+@support.compares_with_gloo
+@pytest.mark.parametrize("count", [3, 4], ids=["3x1", "4x1"])
+def test_broadcasts_along_the_chain_of_hosts_are_exact_and_relayed_by_splice(count: int) -> None:
+    # Three or more hosts of one rank pass a broadcast beyond the root's record along a chain
+    # from the root's host; every host but the root's and the last splices it on to the next
+    # (socket to pipe, a tee spliced to the next socket, the pipe read into the tensor). Four
+    # hosts: two relays in a row. Every root, so every host relays.
+    env = {"DUMMY_COLLECTIVES_DEBUG": "TRACE"}
+    with namespaced_hosts.NamespacedHosts(count) as made:
+        job = run_job(made, "chain_broadcast", nproc=(1,) * count, env=env)
+    check_ran_everywhere(job, count)
+    assert job.returncodes == [0] * count, job.report()
+    for r, result in job.results.items():
+        assert result["wrong"] == [] and result["usable_after"], (r, result)
+    if support.IS_DUMMY:
+        traced = [line for line in job.output.splitlines()
+                  if "DUMMY TRACE broadcast" in line]  # fmt: skip
+        chained = [line for line in traced if "along a chain of the hosts" in line]
+        relayed = [line for line in chained if "relayed by splice" in line]
+        # 3 sizes x `count` roots, each broadcast relayed by count - 2 hosts.
+        assert len(chained) == 3 * count * count, "\n".join(traced)
+        assert len(relayed) == 3 * count * (count - 2), "\n".join(chained)
+
+
 # Every path a broadcast takes (in the in-host records, shared from the root's record, after
 # it) on hosts of one rank, uniform hosts and uneven ones; not the pairs that repeat a path
 # (on hosts of one rank "mid" rides in the record as "sizes" does; 1+3's two roots meet
