@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/types.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -100,6 +102,37 @@ void tune(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
+
+// SIGPIPE held back on this thread while it lives. splice() into a socket whose peer has gone
+// raises SIGPIPE (it has no MSG_NOSIGNAL, which every send here passes), and a process that left
+// SIGPIPE at its default (Python ignores it; a C++ program or a script that restores the
+// default does not) would die of it instead of reporting the lost peer. A SIGPIPE raised
+// meanwhile is taken before the mask is restored; the call's EPIPE reports it.
+class SigpipeHeld {
+ public:
+  SigpipeHeld() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_, &before_);
+  }
+  ~SigpipeHeld() {
+    if (sigismember(&before_, SIGPIPE)) {
+      return; // held before us: whoever held it takes it
+    }
+    sigset_t pending;
+    if (::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+      const timespec now{};
+      ::sigtimedwait(&pipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+  }
+  SigpipeHeld(const SigpipeHeld&) = delete;
+  SigpipeHeld& operator=(const SigpipeHeld&) = delete;
+
+ private:
+  sigset_t pipe_{};
+  sigset_t before_{};
+};
 
 } // namespace
 
@@ -590,6 +623,7 @@ void LeaderLinks::Operation::relayPass() {
     }
     // The second pipe into the next host's socket, once the header is out.
     if (out.sent >= sizeof(FrameHeader) && relay.passed < relay.teed) {
+      const SigpipeHeld held;
       const ssize_t n = out.peer->moved(
           ::splice(second[0], nullptr, out.peer->fd, nullptr, relay.teed - relay.passed,
                    SPLICE_F_NONBLOCK | SPLICE_F_MOVE),
