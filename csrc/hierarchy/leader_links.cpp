@@ -612,12 +612,17 @@ void LeaderLinks::Operation::relayPass() {
       if (n < 0 && errno != EAGAIN && errno != EINTR) {
         in.peer->lost("tee");
       }
-      for (ssize_t read = 0; read < n;) {
-        const ssize_t got = ::read(first[0], slot + relay.teed + read, n - read);
-        if (got <= 0) {
-          in.peer->lost("read");
+      for (ssize_t copied = 0; copied < n;) {
+        const ssize_t got = ::read(first[0], slot + relay.teed + copied, n - copied);
+        if (got < 0 && errno == EINTR) {
+          continue;
         }
-        read += got;
+        if (got <= 0) {
+          // The pipe holds what tee just duplicated: nothing else can end this read.
+          errno = got == 0 ? EIO : errno;
+          in.peer->lost("read from the relay's pipe");
+        }
+        copied += got;
       }
       if (n > 0) {
         relay.teed += static_cast<uint64_t>(n);
