@@ -110,14 +110,17 @@ void tune(int fd) {
 // meanwhile is taken before the mask is restored; the call's EPIPE reports it.
 class SigpipeHeld {
  public:
-  SigpipeHeld() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    ::pthread_sigmask(SIG_BLOCK, &pipe_, &before_);
+  // `hold`: whether to hold it at all (only a relay splices).
+  explicit SigpipeHeld(bool hold) : holds_(hold) {
+    if (holds_) {
+      sigemptyset(&pipe_);
+      sigaddset(&pipe_, SIGPIPE);
+      ::pthread_sigmask(SIG_BLOCK, &pipe_, &before_);
+    }
   }
   ~SigpipeHeld() {
-    if (sigismember(&before_, SIGPIPE)) {
-      return; // held before us: whoever held it takes it
+    if (!holds_ || sigismember(&before_, SIGPIPE)) {
+      return; // not held, or held before us: whoever held it takes it
     }
     sigset_t pending;
     if (::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
@@ -130,6 +133,7 @@ class SigpipeHeld {
   SigpipeHeld& operator=(const SigpipeHeld&) = delete;
 
  private:
+  bool holds_;
   sigset_t pipe_{};
   sigset_t before_{};
 };
@@ -402,10 +406,7 @@ LeaderLinks::Operation::Operation(
   }
   // Whatever the kernel takes now leaves now: a record's frame, usually whole.
   try {
-    std::optional<SigpipeHeld> held;
-    if (relay_) {
-      held.emplace(); // a relay may splice already
-    }
+    const SigpipeHeld held(relay_ != nullptr); // a relay may splice already
     if (moveBytes()) {
       finish();
     }
@@ -494,7 +495,7 @@ bool LeaderLinks::Operation::movePass() {
     }
     done = done && whole;
   }
-  if (relay_ && relay_->mode == Relay::Mode::kSplice) {
+  if (splicing()) {
     relayPass();
     const Outgoing& o = out_[relay_->outgoing];
     done = done && o.sent == sizeof(FrameHeader) + o.header.bytes;
@@ -502,9 +503,12 @@ bool LeaderLinks::Operation::movePass() {
   return done;
 }
 
+bool LeaderLinks::Operation::splicing() const {
+  return relay_ && relay_->mode == Relay::Mode::kSplice;
+}
+
 void LeaderLinks::Operation::sendPass(Outgoing& o) {
-  const bool spliced = relay_ && relay_->mode == Relay::Mode::kSplice &&
-      &o == &out_[relay_->outgoing];
+  const bool spliced = splicing() && &o == &out_[relay_->outgoing];
   // Splicing, the payload leaves from the second pipe (relayPass); here only the header.
   const size_t limit = spliced ? std::min(sendable(o), sizeof(FrameHeader)) : sendable(o);
   while (o.sent < limit) {
@@ -533,7 +537,7 @@ void LeaderLinks::Operation::sendPass(Outgoing& o) {
 }
 
 void LeaderLinks::Operation::receivePass(Incoming& in) {
-  if (relay_ && relay_->mode == Relay::Mode::kSplice && &in == &in_[relay_->incoming]) {
+  if (splicing() && &in == &in_[relay_->incoming]) {
     return; // its payload moves in relayPass
   }
   static thread_local std::array<char, kDropBytes> dropped;
@@ -653,17 +657,13 @@ bool LeaderLinks::Operation::wantsInput(size_t index) const {
   // A splicing relay whose first pipe holds bytes could not tee them: the second pipe is full,
   // so it waits for its next host (POLLOUT), not for its socket, which may stay readable all
   // the while (a pipe fills by buffers, not bytes: one page or a smaller piece each).
-  return !(relay_ && relay_->incoming == index && relay_->mode == Relay::Mode::kSplice &&
-           relay_->spliced > relay_->teed);
+  return !(splicing() && relay_->incoming == index && relay_->spliced > relay_->teed);
 }
 
 bool LeaderLinks::Operation::progressUntil(Clock::time_point until) {
   // Held for the whole wait, not per splice: a relay passes over its sockets thousands of times
   // per message, and two more system calls a pass cost 3x1's 64 MiB broadcast 10-20%.
-  std::optional<SigpipeHeld> held;
-  if (relay_) {
-    held.emplace();
-  }
+  const SigpipeHeld held(relay_ != nullptr);
   while (!done_) {
     if (moveBytes()) {
       finish();

@@ -167,6 +167,8 @@ class LeaderLinks::Operation final : public c10d::Work {
   void relayPass();
   // Whether the relay splices, decided once its receive's header is in.
   void decideRelay();
+  // Whether this operation's relay decided to splice.
+  bool splicing() const;
   // Whether a receive still wants its socket polled for reading.
   bool wantsInput(size_t index) const;
   // How much of `o`'s frame (header included) may be sent now.
