@@ -87,7 +87,7 @@ ShmLowering::ShmLowering(
     Placement placement,
     debug_log::Site site)
     : options_(std::move(options)), site_(site) {
-  logPrefix_ = placement.groupRanks.empty() ? "" : "host level: ";
+  logPrefix_ = placement.hostLevel() ? "host level: " : "";
   transport_ = std::make_shared<ShmTransport>(
       store,
       rank,

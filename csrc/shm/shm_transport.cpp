@@ -52,7 +52,7 @@ ShmTransport::ShmTransport(
     : rank_(rank),
       size_(size),
       slotBytes_(roundUp(slotBytes, kLine)),
-      cores_(std::max(size, placement.ranksOnMachine), spinMicros),
+      cores_(std::max(size, placement.ranksOnMachine), spinMicros, placement.hostLevel()),
       peerAccess_(peerAccess, peerAccessMinSpeed),
       placement_(std::move(placement)),
       join_(std::move(join)),

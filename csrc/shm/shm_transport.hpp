@@ -52,6 +52,12 @@ struct Placement {
   // outnumber the CPUs, waits hand their core over rather than poll, as when this group's own
   // ranks outnumber them (see WaitPolicy). 0: only this transport's ranks.
   int ranksOnMachine = 0;
+
+  // Whether the transport is a host level of a group across hosts (it names its ranks by their
+  // group ranks), whose waits follow their own policy (WaitPolicy::make).
+  bool hostLevel() const {
+    return !groupRanks.empty();
+  }
 };
 
 // What a rank knows of the group's ranks before they map its segment.

@@ -14,7 +14,7 @@
 
 namespace dummy_collectives {
 
-WaitPolicy WaitPolicy::make(bool shareCores, long spinMicros) {
+WaitPolicy WaitPolicy::make(bool shareCores, long spinMicros, bool hostLevel) {
   WaitPolicy policy;
   policy.shareCores = shareCores;
   if (spinMicros >= 0) {
@@ -23,6 +23,9 @@ WaitPolicy WaitPolicy::make(bool shareCores, long spinMicros) {
     // Oversubscribed: a rank waited for on another core is running and will publish within a
     // call's time, so poll a while for it; one waited for on this core gets it at once.
     policy.spin = std::chrono::microseconds(2);
+  }
+  if (shareCores && hostLevel) {
+    policy.yield = std::chrono::nanoseconds(0); // a yielding waiter starves the I/O (header)
   }
   return policy;
 }
@@ -66,9 +69,10 @@ void futexWakeAll(uint32_t* word) {
   ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-CoreSharing::CoreSharing(int ranks, long spinMicros)
+CoreSharing::CoreSharing(int ranks, long spinMicros, bool hostLevel)
     : ranks_(ranks),
-      policies_{WaitPolicy::make(false, spinMicros), WaitPolicy::make(true, spinMicros)},
+      policies_{WaitPolicy::make(false, spinMicros, hostLevel),
+                WaitPolicy::make(true, spinMicros, hostLevel)},
       // Until the group's first exchange, this rank's own CPUs are all it knows.
       shared_(ranks > countCpus(affinityMask())) {}
 
@@ -79,7 +83,7 @@ void CoreSharing::decide(const CpuMask& groupCpus, int logRank, const char* logP
   DC_LOG(kInfo, logRank, logPrefix, "ranks share cores: ", ranks_ > cpus ? "yes" : "no",
          " (ranks on this machine ", ranks_, ", CPUs in their affinities ", cpus, "); a wait "
          "spins ", std::chrono::duration_cast<std::chrono::microseconds>(policy().spin).count(),
-         " us before it yields");
+         " us before it ", policy().yield.count() > 0 ? "yields" : "sleeps");
 }
 
 } // namespace dummy_collectives
