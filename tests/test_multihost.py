@@ -227,7 +227,7 @@ def test_ddp_across_hosts_trains_exactly_as_gloo(hosts) -> None:
 @pytest.mark.parametrize("victim", [3, 2], ids=["a-host-peer", "a-host-leader"])
 def test_a_rank_killed_on_another_host_is_named_everywhere_within_2s(hosts, victim) -> None:
     # torchrun's agent stops the victim's host peers at its next check after the death; the
-    # job's survivors hold that SIGTERM back, so what is timed is the backend's own detection
+    # job's survivors ignore that SIGTERM, so what is timed is the backend's own detection
     # (within 2 s), whenever the check falls. Rank 2 is its host's leader, the rank that
     # watches the store for the host: its peer must learn of the failure without it.
     job = run_job(hosts, "kill", str(victim), env={"DC_JOB_TIMEOUT_S": "60"})
