@@ -91,7 +91,13 @@ size_t ShmSegment::freeBytes() {
 }
 
 ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
-  int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  // The name rides the group's store, which anyone who reaches it may write: only a segment
+  // this library names, that this user owns and nobody else may open, is mapped.
+  TORCH_CHECK(
+      name.rfind(kNamePrefix, 0) == 0 && name.find('/', 1) == std::string::npos,
+      "dummy_collectives: refusing shared memory '", name, "' named in the group's store: it "
+      "is not a name this library gives its segments (", kNamePrefix, "...)");
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_NOFOLLOW, 0600);
   TORCH_CHECK(
       fd >= 0,
       "dummy_collectives: cannot open shared memory ",
@@ -100,7 +106,22 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
       std::strerror(errno),
       " (all ranks of a dummy group must run on one host)");
   struct stat info {};
-  if (::fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
+  if (::fstat(fd, &info) != 0) {
+    const int error = errno;
+    ::close(fd);
+    TORCH_CHECK(false, "dummy_collectives: fstat of shared memory ", name, " failed: ",
+                std::strerror(error));
+  }
+  if (!S_ISREG(info.st_mode) || info.st_uid != ::geteuid() || (info.st_mode & 077) != 0) {
+    ::close(fd);
+    TORCH_CHECK(
+        false, "dummy_collectives: refusing shared memory ", name, " named in the group's "
+        "store: it is owned by uid ", info.st_uid, " with mode ", std::oct,
+        (info.st_mode & 07777), std::dec, ", where this library's segments belong to the user "
+        "running the group (uid ", ::geteuid(), ") and are open to nobody else (mode 600); "
+        "someone else wrote the group's store, or made that file");
+  }
+  if (static_cast<size_t>(info.st_size) < bytes) {
     ::close(fd);
     TORCH_CHECK(false, "dummy_collectives: shared memory ", name, " is smaller than expected");
   }
