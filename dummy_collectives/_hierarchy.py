@@ -114,5 +114,4 @@ def create(
         link_probe=link_probe,
         group_name=group_name,
         global_ranks=list(global_ranks or []),
-        peer_pids=list(topology.pids),
     )

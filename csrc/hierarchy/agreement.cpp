@@ -23,19 +23,6 @@ enum Verdict : int32_t {
 // Every record starts with this; its payload follows at kHeaderBytes.
 using Header = Agreement::Header;
 
-// A peer's record that crossed hosts this much earlier than ours may be the last exchange of a
-// rank that has given up since (a timeout, an abort): the engine delivers what was sent before
-// the failure, and it would complete our collective as if nothing had happened. Before trusting
-// such a record, ask the store whether the group failed (one round trip, paid only by a rank
-// that arrives late). Clocks of different hosts may disagree a little; a large disagreement
-// only costs the round trip on every collective.
-constexpr std::chrono::milliseconds kStaleRecord{20};
-
-int64_t wallClockUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 constexpr size_t kHeaderBytes = 128;
 static_assert(sizeof(Header) <= kHeaderBytes, "the header outgrew its space");
 static_assert(std::is_trivially_copyable_v<Header>, "headers travel as bytes");
@@ -48,17 +35,28 @@ size_t recordBytes(const HierarchySettings& settings) {
   return recordBytes(settings.inlineBytes);
 }
 
-// See kStaleRecord: where a peer's record crossed hosts this long before ours (wall clock,
-// microseconds), fails the group with a published failure, if any. Whether it was stale.
-bool failIfStaleAndPublished(
-    const Levels& levels, const OpContext& ctx, int64_t oursUs, int64_t theirsUs) {
-  if (oursUs - theirsUs <= kStaleRecord.count() * 1000) {
-    return false;
+// A peer's record may be the last one of a peer that has given up since (a timeout, an abort,
+// an error of its own): the engine delivers what was sent before the failure, and it would
+// complete our collective as if nothing had happened. Two things say when to ask the store
+// whether the group failed, neither reading a clock of another host:
+// - on the links, a peer that gives up hangs up (LinkHangUp) after publishing why: its
+//   connection then ends right after its last record, in the stream's own order;
+// - no peer can have begun its collective before this leader's last record it needed reached it
+//   (Levels::lastRecordSentNs), and none times out sooner than its timeout from there: a record
+//   read later than that may be one a peer gave up on (through gloo, the only sign).
+// A store that does not answer leaves the record trusted: it is not known to be stale.
+void failIfPeersMayHaveGivenUp(
+    const Levels& levels, const OpContext& ctx, const c10::intrusive_ptr<c10d::Work>& work) {
+  const int64_t sinceNs = arrivalClockNs() - levels.lastRecordSentNs;
+  const bool pausedLong =
+      sinceNs >= std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.timeout).count();
+  if (!pausedLong && levels.rail->endedAfterRecord(work).empty()) {
+    return;
   }
-  if (auto reason = levels.health.published()) {
-    levels.health.fail(ctx.describe(), *reason);
+  const GroupHealth::Heard heard = levels.health.published();
+  if (heard.what == GroupHealth::Heard::What::kReason) {
+    levels.health.fail(ctx.describe(), heard.reason);
   }
-  return true;
 }
 
 // `header` and `payload` at the start of `record` (contiguous bytes).
@@ -269,8 +267,8 @@ Agreement::Agreement(
     }
     host.payloadBytes = combined.size();
     host.lastRank = hostLastRank_;
-    host.sentAtUs = wallClockUs();
-    sentAtUs_ = host.sentAtUs;
+    exchangeIssuedNs_ = arrivalClockNs();
+    host.sinceSyncNs = exchangeIssuedNs_ - levels.lastExchangeDoneNs;
     InterHostEngine& leaders = *levels.rail; // a leader's rail: the hosts' leaders
     // Only the header and what the host combined cross hosts (a 4-byte allreduce sends 132
     // bytes, not a whole record); every leader receives into whole records.
@@ -278,7 +276,6 @@ Agreement::Agreement(
     at::Tensor out = makeRecord(sent, host, {combined.data(), combined.size()});
     const auto slot = static_cast<int64_t>(recordBytes(levels.settings));
     leaderRecords_ = at::empty({leaders.recordsBytes(sent, slot)}, at::kByte);
-    exchangeIssuedNs_ = arrivalClockNs();
     exchange_ = leaders.exchangeRecords(leaderRecords_, out, slot);
   }
 }
@@ -294,7 +291,8 @@ Bytes Agreement::finish() {
   if (exchange_) {
     InterHostEngine& leaders = *levels_.rail;
     leaders.wait(exchange_, ctx_);
-    const int64_t crossHostWaitNs = arrivalClockNs() - exchangeIssuedNs_;
+    const int64_t doneNs = arrivalClockNs();
+    const int64_t crossHostWaitNs = doneNs - exchangeIssuedNs_;
     std::vector<int64_t> offsets;
     for (int m = 0; m < leaders.size(); ++m) {
       offsets.push_back(leaders.recordOffset(m, static_cast<int64_t>(bytes)));
@@ -308,23 +306,22 @@ Bytes Agreement::finish() {
           ctx_.describe(),
           differentCalls(topology, {{other.writer, other.op}, {topology.rank(), ctx_.op}}));
     }
+    failIfPeersMayHaveGivenUp(levels_, ctx_, exchange_);
+    levels_.lastRecordSentNs = exchangeIssuedNs_;
+    levels_.lastExchangeDoneNs = doneNs;
     const std::vector<Record> hosts = readRecords(leaderRecords_, offsets);
-    // The last host: the one whose leader sent its record last, by the wall clock (hosts share
-    // no steady clock; see docs/design.md for what that costs). Its last rank is the group's.
+    // The last host: the one whose leader sent its record longest after the previous exchange
+    // completed, which every leader completes within a network latency of the others (hosts
+    // share no clock). Its last rank is the group's.
     const Record* lastHost = &hosts[0];
     for (const auto& r : hosts) {
-      if (r.header.sentAtUs > lastHost->header.sentAtUs) {
+      if (r.header.sinceSyncNs > lastHost->header.sinceSyncNs) {
         lastHost = &r;
       }
     }
     lastRank_ = lastHost->header.lastRank;
     // Where this host came last, its leader waited for the network, not for a rank.
     crossHostWaitNs_ = lastHost->header.writer == topology.rank() ? 0 : crossHostWaitNs;
-    for (const auto& r : hosts) {
-      if (failIfStaleAndPublished(levels_, ctx_, sentAtUs_, r.header.sentAtUs)) {
-        break;
-      }
-    }
     mismatch = groupMismatch(topology, ctx_.op, hosts);
     if (mismatch.empty() && combine_ != nullptr) {
       result = combine_->all(payloadsOf(hosts));
@@ -455,7 +452,11 @@ OneWayAgreement agreeOneWay(
       record.verdict = host.agrees ? kAgreed : kHostDisagrees;
       record.payloadBytes = data.size;
       record.lastRank = host.lastRank;
-      record.sentAtUs = wallClockUs();
+      const int64_t nowNs = arrivalClockNs();
+      record.sinceSyncNs = nowNs - levels.lastExchangeDoneNs;
+      // Every other leader needs this record to finish the broadcast, so none begins a later
+      // collective before it arrived (failIfPeersMayHaveGivenUp).
+      levels.lastRecordSentNs = nowNs;
       // Only the header and the payload cross hosts; the others receive into whole records.
       // Written into the group's kept buffer (the caller waits for `announced` before its
       // collective returns; on this host nothing else uses it): a fresh 1 MiB record cost
@@ -487,16 +488,14 @@ OneWayAgreement agreeOneWay(
     }
   } else {
     // From here on this host waits only for the root's.
-    const int64_t readyAtUs = wallClockUs();
     const int64_t readyNs = arrivalClockNs();
     levels.rail->wait(heardWork, ctx);
     Header rootRecord;
     std::memcpy(&rootRecord, heard.data_ptr(), sizeof(Header));
-    // A record sent long before ours may be the last of a root's host that gave up.
-    failIfStaleAndPublished(levels, ctx, readyAtUs, rootRecord.sentAtUs);
-    // The root's host came last if its record left after this host was ready (wall clocks: the
-    // hosts share no steady clock); then this host waited for it.
-    if (rootRecord.sentAtUs > readyAtUs) {
+    failIfPeersMayHaveGivenUp(levels, ctx, heardWork);
+    // The root's host came last if its record left later after the last exchange than this
+    // host was ready (each on its own steady clock); then this host waited for it.
+    if (rootRecord.sinceSyncNs > readyNs - levels.lastExchangeDoneNs) {
       lastRank = rootRecord.lastRank;
       crossHostWaitNs = arrivalClockNs() - readyNs;
     }

@@ -50,7 +50,8 @@ struct Combine {
 // On the way it finds who made whom wait (ctx.arrival, where set): every rank's record carries
 // when it arrived (ctx.arrivedNs, its host's steady clock), so after step 1 every rank knows its
 // host's last rank and its own in-host wait; each leader's record names its host's last rank,
-// and the host whose leader sent its record last by the wall clock (sentAtUs) is the last host.
+// and the host whose leader sent its record longest after the previous exchange completed
+// (sinceSyncNs, each on its own steady clock) is the last host.
 // A rank's wait: its in-host wait, plus its leader's wait in the cross-host exchange (on the
 // leader's steady clock) unless its host came last. See docs/design.md, "Who made whom wait".
 Bytes agree(
@@ -123,7 +124,9 @@ class Agreement {
     int32_t verdict = 0;       // agreement.cpp's Verdict
     int32_t writer = -1;       // group rank
     uint64_t payloadBytes = 0;
-    int64_t sentAtUs = 0;      // wall clock (microseconds since the epoch) when it crossed hosts
+    // How long after its last exchange completed (Levels::lastExchangeDoneNs) the leader sent
+    // it, on its own steady clock: which host came last, without comparing hosts' clocks.
+    int64_t sinceSyncNs = 0;
     // Who made whom wait (arrival.hpp). In a rank's own record: when it arrived, on its host's
     // steady clock. In a leader's record: the host's last rank (group rank) and when it
     // arrived. In the leader's verdict to its host: the group's last rank, and how long the
@@ -143,7 +146,6 @@ class Agreement {
   bool hostAgrees_ = true;
   c10::intrusive_ptr<c10d::Work> exchange_; // the leaders' exchange (leaders only)
   at::Tensor leaderRecords_;
-  int64_t sentAtUs_ = 0;
   // Who made whom wait (see agree()): this host's last rank and this rank's wait for it, then
   // the group's last rank and the wait counted across hosts (the leader's, told to its host).
   int32_t hostLastRank_ = -1;

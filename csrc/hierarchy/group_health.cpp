@@ -84,14 +84,14 @@ std::string errorText(const std::exception& e) {
 }
 
 GroupHealth::GroupHealth(
-    c10::intrusive_ptr<c10d::Store> store,
+    const c10::intrusive_ptr<c10d::Store>& store,
     std::function<void(const std::string&)> abortHost,
     std::function<std::string()> hostBroken,
     std::function<std::vector<int>()> hostLosses,
     std::string self,
     bool watch,
     int hosts)
-    : store_(std::move(store)),
+    : requests_(store),
       abortHost_(std::move(abortHost)),
       hostBroken_(std::move(hostBroken)),
       hostLosses_(std::move(hostLosses)),
@@ -118,21 +118,21 @@ GroupHealth::~GroupHealth() {
 void GroupHealth::watchLoop() {
   std::unique_lock<std::mutex> lock(watchMu_);
   uint64_t seen = 0; // collectives begun when the store was last asked
-  // A store that cannot be reached is gone for good (its host left after its last collective,
-  // or died): nothing can be published there any more, so there is nothing left to watch, and
-  // asking again would only fill stderr.
-  while (!stopWatching_ && !broken_.load(std::memory_order_acquire) && !storeUnreachable()) {
+  Poll poll(*this);
+  // A store that is gone (its host left after its last collective, or died) will publish
+  // nothing any more, and asking again would only fill stderr.
+  while (!stopWatching_ && !broken_.load(std::memory_order_acquire) && !storeGone()) {
     if (watchCv_.wait_for(lock, watchPeriod_, [&] { return stopWatching_; })) {
       break;
     }
-    const uint64_t begun = begun_.load(std::memory_order_relaxed);
-    if (begun == seen && inFlight_.load(std::memory_order_relaxed) == 0) {
-      continue; // idle: leave the store alone
-    }
-    seen = begun;
     lock.unlock();
-    if (auto reason = published(/*unreachableIsFailure=*/false)) {
-      markFailed(*reason);
+    if (auto heard = poll.heard(); heard && heard->what == Heard::What::kReason) {
+      markFailed(heard->reason);
+    }
+    const uint64_t begun = begun_.load(std::memory_order_relaxed);
+    if (begun != seen || inFlight_.load(std::memory_order_relaxed) != 0) {
+      seen = begun;
+      poll.ask(); // none while one is in flight: a silent store gets one request, not many
     }
     lock.lock();
   }
@@ -141,12 +141,13 @@ void GroupHealth::watchLoop() {
 std::string GroupHealth::brokenReason() {
   if (!broken_.load(std::memory_order_acquire)) {
     // This host's level was aborted: by its watcher (a failure elsewhere), or because a rank
-    // of this host died or timed out. Either way the group has failed.
+    // of this host died or timed out. Either way the group has failed. The rank that aborted
+    // it told the store, or said why it could not.
     std::string host = hostBroken_();
     if (host.empty()) {
       return {};
     }
-    return markFailed(host);
+    return markFailed(host, /*sayIfUntold=*/false);
   }
   std::lock_guard<std::mutex> lock(mu_);
   return reason_;
@@ -171,18 +172,13 @@ void GroupHealth::noteLost(const std::vector<int>& ranks) {
     }
   }
   for (const int r : added) {
-    if (storeUnreachable()) {
-      return;
-    }
-    try {
-      store_->add(c10::str(kLostKeyPrefix, r), 1);
-    } catch (const std::exception&) {
-      storeUnreachable_.store(true, std::memory_order_release);
-    }
+    requests_.post<int64_t>([key = c10::str(kLostKeyPrefix, r)](c10d::Store& store) {
+      return store.add(key, 1);
+    });
   }
 }
 
-std::vector<int> GroupHealth::lostRanks(int size) const {
+std::vector<int> GroupHealth::lostRanks(int size, Clock::time_point until) const {
   std::set<int> known;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -191,24 +187,30 @@ std::vector<int> GroupHealth::lostRanks(int size) const {
   for (const int r : hostLosses_()) {
     known.insert(r);
   }
-  for (int r = 0; r < size && !storeUnreachable(); ++r) {
-    if (known.count(r) != 0) {
-      continue;
+  std::vector<int> unknown;
+  for (int r = 0; r < size; ++r) {
+    if (known.count(r) == 0) {
+      unknown.push_back(r);
     }
-    try {
-      if (store_->check({c10::str(kLostKeyPrefix, r)})) {
-        known.insert(r);
+  }
+  auto told = requests_.post<std::vector<int>>([unknown](c10d::Store& store) {
+    std::vector<int> lost;
+    for (const int r : unknown) {
+      if (store.check({c10::str(kLostKeyPrefix, r)})) {
+        lost.push_back(r);
       }
-    } catch (const std::exception&) {
-      storeUnreachable_.store(true, std::memory_order_release);
     }
+    return lost;
+  });
+  if (told.await(until) == StoreRequests::State::kAnswered) {
+    known.insert(told.value().begin(), told.value().end());
   }
   return {known.begin(), known.end()};
 }
 
-std::string GroupHealth::markFailed(const std::string& reason) {
-  // Who this rank saw die goes to the store before the reason does: a rank that hears of the
-  // failure (the reason) then finds the lost ranks named too.
+std::string GroupHealth::markFailed(const std::string& reason, bool sayIfUntold) {
+  // Who this rank saw die goes to the store before the reason does (requests run in order): a
+  // rank that hears of the failure (the reason) then finds the lost ranks named too.
   noteLost(hostLosses_());
   std::string winner = reason;
   {
@@ -216,24 +218,31 @@ std::string GroupHealth::markFailed(const std::string& reason) {
     if (broken_.load(std::memory_order_relaxed)) {
       return reason_; // already failed: keep the first reason
     }
-    if (storeUnreachable()) {
-      // Known gone: another request would only fail again, with another warning.
-      winner = c10::str(reason, " (the group's store could not be reached earlier, so the other "
-                        "hosts cannot be told)");
-    } else {
-      try {
-        // compareSet with an empty expected value sets a missing key and returns what is
-        // stored.
-        std::vector<uint8_t> stored = store_->compareSet(kFailureKey, {}, bytesOf(reason));
-        if (!stored.empty()) {
-          winner.assign(stored.begin(), stored.end());
+    // compareSet with an empty expected value sets a missing key and returns what is stored.
+    // Posted even where the store is silent: it lands once the network returns.
+    const bool silent = storeSilent();
+    auto stored = requests_.post<std::vector<uint8_t>>(
+        [value = bytesOf(reason)](c10d::Store& store) {
+          return store.compareSet(kFailureKey, {}, value);
+        });
+    switch (stored.await(silent ? Clock::now() : Clock::now() + kStorePatience)) {
+      case StoreRequests::State::kAnswered:
+        if (!stored.value().empty()) {
+          winner.assign(stored.value().begin(), stored.value().end());
         }
-      } catch (const std::exception& e) {
-        // The store is gone (its host died): every rank reports what it saw itself.
-        storeUnreachable_.store(true, std::memory_order_release);
-        winner = c10::str(reason, " (the group's store was unreachable to tell the other hosts: ",
-                          errorText(e), ")");
-      }
+        break;
+      case StoreRequests::State::kFailed:
+        if (sayIfUntold) {
+          winner = c10::str(reason, " (the group's store could not be reached to tell the "
+                            "other hosts: ", stored.error(), ")");
+        }
+        break;
+      case StoreRequests::State::kWaiting:
+        if (sayIfUntold) {
+          winner = c10::str(reason, " (the group's store did not answer, so the other hosts "
+                            "may not hear of it)");
+        }
+        break;
     }
     reason_ = winner;
     broken_.store(true, std::memory_order_release);
@@ -242,76 +251,107 @@ std::string GroupHealth::markFailed(const std::string& reason) {
   return winner;
 }
 
-void GroupHealth::fail(const std::string& context, const std::string& reason) {
-  const std::string winner = markFailed(reason);
+void GroupHealth::fail(const std::string& context, const std::string& reason, bool sayIfUntold) {
+  const std::string winner = markFailed(reason, sayIfUntold);
   C10_THROW_ERROR(DistBackendError, c10::str(context, ": ", winner));
 }
 
-std::optional<std::string> GroupHealth::published(bool unreachableIsFailure) const {
-  try {
-    if (!store_->check({kFailureKey})) {
-      return std::nullopt;
-    }
-    std::vector<uint8_t> stored = store_->get(kFailureKey);
-    return std::string(stored.begin(), stored.end());
-  } catch (const std::exception& e) {
-    storeUnreachable_.store(true, std::memory_order_release);
-    if (!unreachableIsFailure) {
-      return std::nullopt;
-    }
-    return c10::str("the group's store became unreachable (", errorText(e), ")");
+StoreRequests::Reply<std::optional<std::string>> GroupHealth::askPublished() const {
+  return requests_.post<std::optional<std::string>>(
+      [](c10d::Store& store) -> std::optional<std::string> {
+        if (!store.check({kFailureKey})) {
+          return std::nullopt;
+        }
+        const std::vector<uint8_t> stored = store.get(kFailureKey);
+        return std::string(stored.begin(), stored.end());
+      });
+}
+
+namespace {
+
+GroupHealth::Heard heardFrom(const StoreRequests::Reply<std::optional<std::string>>& reply) {
+  using What = GroupHealth::Heard::What;
+  switch (reply.state()) {
+    case StoreRequests::State::kAnswered:
+      if (reply.value()) {
+        return {What::kReason, *reply.value()};
+      }
+      return {What::kNothing, {}};
+    case StoreRequests::State::kFailed:
+      return {What::kGone, reply.error()};
+    case StoreRequests::State::kWaiting:
+      break;
   }
+  return {What::kSilent, {}};
+}
+
+} // namespace
+
+GroupHealth::Heard GroupHealth::published() const {
+  if (storeSilent()) {
+    return {Heard::What::kSilent, {}}; // a new request would queue behind the unanswered one
+  }
+  auto reply = askPublished();
+  reply.await(Clock::now() + kStorePatience);
+  return heardFrom(reply);
+}
+
+GroupHealth::Heard GroupHealth::awaitPublished(Clock::time_point until) const {
+  for (;;) {
+    // Each question gets its answer's worth of time, even the last one, asked just before
+    // `until`: a store that answers is never taken for a silent one.
+    Heard heard = published();
+    const auto now = Clock::now();
+    if (heard.what != Heard::What::kNothing || now >= until) {
+      return heard;
+    }
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(std::chrono::milliseconds(20), until - now));
+  }
+}
+
+void GroupHealth::Poll::ask() {
+  if (!reply_ && !health_.storeGone()) {
+    reply_ = health_.askPublished();
+  }
+}
+
+std::optional<GroupHealth::Heard> GroupHealth::Poll::heard() {
+  if (!reply_ || reply_->state() == StoreRequests::State::kWaiting) {
+    return std::nullopt;
+  }
+  Heard heard = heardFrom(*reply_);
+  reply_.reset();
+  return heard;
 }
 
 void GroupHealth::tellCall(int rank, const OpDescriptor& op) {
-  if (storeUnreachable()) {
-    return;
-  }
   std::vector<uint8_t> bytes(sizeof(OpDescriptor));
   std::memcpy(bytes.data(), &op, sizeof(OpDescriptor));
-  try {
-    store_->set(c10::str(kCallKeyPrefix, rank), bytes);
-  } catch (const std::exception&) {
-    storeUnreachable_.store(true, std::memory_order_release);
-  }
+  requests_.post<bool>([key = c10::str(kCallKeyPrefix, rank), bytes](c10d::Store& store) {
+    store.set(key, bytes);
+    return true;
+  });
 }
 
-std::optional<OpDescriptor> GroupHealth::toldCall(int rank) const {
-  if (storeUnreachable()) {
-    return std::nullopt;
-  }
-  const std::string key = c10::str(kCallKeyPrefix, rank);
-  try {
-    if (!store_->check({key})) {
-      return std::nullopt;
+StoreRequests::Reply<GroupHealth::ToldCalls> GroupHealth::toldCalls(
+    const std::vector<int>& ranks) const {
+  return requests_.post<ToldCalls>([ranks](c10d::Store& store) {
+    ToldCalls calls;
+    for (const int rank : ranks) {
+      const std::string key = c10::str(kCallKeyPrefix, rank);
+      std::optional<OpDescriptor> call;
+      if (store.check({key})) {
+        const std::vector<uint8_t> bytes = store.get(key);
+        if (bytes.size() == sizeof(OpDescriptor)) {
+          call.emplace();
+          std::memcpy(&*call, bytes.data(), sizeof(OpDescriptor));
+        }
+      }
+      calls.push_back(call);
     }
-    const std::vector<uint8_t> bytes = store_->get(key);
-    if (bytes.size() != sizeof(OpDescriptor)) {
-      return std::nullopt;
-    }
-    OpDescriptor op;
-    std::memcpy(&op, bytes.data(), sizeof(OpDescriptor));
-    return op;
-  } catch (const std::exception&) {
-    storeUnreachable_.store(true, std::memory_order_release);
-    return std::nullopt;
-  }
-}
-
-std::optional<std::string> GroupHealth::awaitPublished(std::chrono::milliseconds patience) const {
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  for (;;) {
-    if (storeUnreachable()) {
-      return std::nullopt;
-    }
-    if (auto reason = published(/*unreachableIsFailure=*/false)) {
-      return reason;
-    }
-    if (storeUnreachable() || std::chrono::steady_clock::now() >= deadline) {
-      return std::nullopt;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+    return calls;
+  });
 }
 
 } // namespace dummy_collectives::hierarchy

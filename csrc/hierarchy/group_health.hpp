@@ -15,13 +15,14 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <dummy_collectives/op_descriptor.hpp>
+#include "hierarchy/store_requests.hpp"
 
 namespace dummy_collectives::hierarchy {
 
 // Whether a group that spans hosts can still be used, and why not, agreed by every rank.
 //
 // Within a host the shared-memory level tells every rank at once when a peer dies, times out or
-// aborts. Across hosts there is no shared memory: a rank blocked in the cross-host engine (gloo)
+// aborts. Across hosts there is no shared memory: a rank blocked in the cross-host engine
 // waiting for a peer on another host that has given up would wait for the whole group timeout.
 // So the first rank to see a failure publishes its reason in the group's store (compare-and-set:
 // the first reason wins, so every rank reports the same cause) and aborts its host's level,
@@ -34,29 +35,35 @@ namespace dummy_collectives::hierarchy {
 // host's level, which every rank of the host sees at once (a shared flag), whether it is
 // waiting in shared memory, waiting across hosts, or issuing its next collective. A failure
 // thus reaches every rank of every host within a watch period (20 ms up to 20 hosts, then 1 ms
-// per host: about a thousand store checks a second per group, at most 1 s). (A
-// blocking store wait would answer sooner, but TCPStore logs a warning for every wait that
-// times out.) What the watch period leaves open -- a peer's last exchange, sent before it gave
-// up, that completes a later collective of ours -- the agreement closes (agreement.hpp).
+// per host: about a thousand store checks a second per group, at most 1 s). What the watch
+// period leaves open -- a peer's last exchange, sent before it gave up, that completes a later
+// collective of ours -- the agreement closes (agreement.hpp).
 //
-// The watcher asks only while its rank has a collective of the group in flight, or began one
-// since it last asked: an idle group leaves the store alone. A job's store often lives in its
-// rank 0 (tcp://, env://), which may leave after its last collective while other ranks still
-// hold their groups; a TCPStore client logs a warning with a C++ stack for every request to a
-// store that is gone, so an idle rank must not ask. Once a request failed the store is taken
-// for gone: nobody polls it any more (a failure met later still tries to publish there).
+// The store may be out of reach: on the far side of a partition, or gone with its host. No
+// request holds its caller past a deadline (StoreRequests): a wait asks without blocking, a
+// rank at its deadline gives the store a moment (kStorePatience) to answer, and one that does
+// not answer is silent, which the messages say. A store whose request raised is gone: nobody
+// asks it again (a TCPStore client logs a warning with a C++ stack for every request to a store
+// that is gone, and a job's store often lives in its rank 0, which may leave after its last
+// collective while other ranks still hold their groups). The watcher asks only while its rank
+// has a collective of the group in flight, or began one since it last asked: an idle group
+// leaves the store alone.
 class GroupHealth {
  public:
+  using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kMinWatchPeriod{20};
   static constexpr std::chrono::milliseconds kMaxWatchPeriod{1000};
+  // How long a store that answers may take to answer one request (a round trip and its
+  // queue): a store silent for longer is out of reach for now, and nobody waits on it.
+  static constexpr std::chrono::milliseconds kStorePatience{400};
 
   // `abortHost` aborts this host's level with a reason (DummyBackend::abortWith), `hostBroken`
   // says why it was aborted (empty while it was not), `hostLosses` which group ranks of this
-  // host (or this machine) this rank can see to have died. `self` names this rank in messages:
-  // "rank 2 (host h1, pid 1234)". `watch`: whether this rank watches the store; `hosts`: how
-  // many hosts the group spans (the watch period grows with it).
+  // host this rank has seen die. `self` names this rank in messages: "rank 2 (host h1, pid
+  // 1234)". `watch`: whether this rank watches the store; `hosts`: how many hosts the group
+  // spans (the watch period grows with it).
   GroupHealth(
-      c10::intrusive_ptr<c10d::Store> store,
+      const c10::intrusive_ptr<c10d::Store>& store,
       std::function<void(const std::string&)> abortHost,
       std::function<std::string()> hostBroken,
       std::function<std::vector<int>()> hostLosses,
@@ -74,42 +81,65 @@ class GroupHealth {
   void raiseIfBroken(const std::string& context);
   // The group failed here: publishes `reason` (unless another rank published first), aborts
   // this host's level, and raises DistBackendError with `context` and the reason that won.
-  [[noreturn]] void fail(const std::string& context, const std::string& reason);
-  // Marks the group failed with `reason` without raising (ProcessGroup.abort, exit).
-  std::string markFailed(const std::string& reason);
-  // A reason some rank published, or none (one store round trip; call it sparingly). A store
-  // that cannot be reached is a reason ("the group's store became unreachable") unless
-  // `unreachableIsFailure` is false: the watcher and long waits poll it while the job may be
-  // ending (the store's host leaves after its last collective), and a wait that stalls finds
-  // out at its deadline. Once the store could not be reached nothing asks it again, not even to
-  // publish a failure (storeUnreachable()): a TCPStore client logs a warning with a C++ stack on
-  // stderr for every request to a store that is gone.
-  std::optional<std::string> published(bool unreachableIsFailure = true) const;
-  // Like published(), but waits up to `patience` for a reason to appear; none once the store
-  // cannot be reached.
-  std::optional<std::string> awaitPublished(std::chrono::milliseconds patience) const;
+  // `sayIfUntold`: where the store could not be told, the reason says so (false: it says so
+  // already).
+  [[noreturn]] void fail(
+      const std::string& context, const std::string& reason, bool sayIfUntold = true);
+  // Marks the group failed with `reason` without raising (ProcessGroup.abort, exit). Waits up
+  // to kStorePatience for the store to say whose reason won, unless the store is silent.
+  std::string markFailed(const std::string& reason, bool sayIfUntold = true);
+
+  // What the store says of the group's failure.
+  struct Heard {
+    enum class What { kNothing, kReason, kSilent, kGone } what = What::kNothing;
+    std::string reason; // kReason: the published reason; kGone: the store's error
+  };
+  // Asks the store whether a failure was published; waits up to kStorePatience for the answer
+  // (a store that was silent already is not waited for).
+  Heard published() const;
+  // Asks until a reason appears, the store turns out silent or gone, or `until` passes (the
+  // last question may take its kStorePatience beyond).
+  Heard awaitPublished(Clock::time_point until) const;
+  // A question in flight, for a wait loop that must not block on the store: ask() posts one
+  // where none is in flight, heard() reads its answer once it came (then the next ask()
+  // posts again).
+  class Poll {
+   public:
+    explicit Poll(const GroupHealth& health) : health_(health) {}
+    void ask();
+    std::optional<Heard> heard();
+
+   private:
+    const GroupHealth& health_;
+    std::optional<StoreRequests::Reply<std::optional<std::string>>> reply_;
+  };
+
   // Ranks this rank lost: dead, or their cross-host connection closed. Told to the other ranks
-  // through the store (a key per rank), so that every survivor can name them, even one that
-  // only heard of the failure (dead_ranks(), then shrink_group).
+  // through the store (a key per rank, posted without waiting), so that every survivor can
+  // name them, even one that only heard of the failure (dead_ranks(), then shrink_group).
   void noteLost(const std::vector<int>& ranks);
   // The group's ranks (of `size`) lost as far as this rank knows: what it saw itself
-  // (noteLost, hostLosses) and what other ranks told the store. One store request per rank not
-  // already known: call it when recovering, not on a hot path.
-  std::vector<int> lostRanks(int size) const;
+  // (noteLost, hostLosses) and what other ranks told the store, asked until `until`. One
+  // store request per rank not already known: call it when recovering, not on a hot path.
+  std::vector<int> lostRanks(int size, Clock::time_point until) const;
 
   // The collective a rank is waiting in, told to the ranks it may wait for. Between the hosts'
   // leaders a collective does not always begin with the same engine call (a broadcast's is the
   // root's host's one-way record: agreement.hpp, agreeOneWay), so leaders that called different
   // collectives may meet nobody and wait; a wait that lasts tells its call (one key per rank,
-  // overwritten) and reads its peers' (InterHostEngine::wait). A store that cannot be reached
-  // tells nothing.
+  // overwritten, posted without waiting) and reads its peers' (InterHostEngine::wait).
   void tellCall(int rank, const OpDescriptor& op);
-  std::optional<OpDescriptor> toldCall(int rank) const;
+  // The calls `ranks` told (none where a rank told nothing), asked in one request.
+  using ToldCalls = std::vector<std::optional<OpDescriptor>>;
+  StoreRequests::Reply<ToldCalls> toldCalls(const std::vector<int>& ranks) const;
 
-  // Whether a request to the store failed (its host left or died): then the store is not
-  // polled any more.
-  bool storeUnreachable() const {
-    return storeUnreachable_.load(std::memory_order_acquire);
+  // Whether the store is gone (a request raised: its host left or died).
+  bool storeGone() const {
+    return requests_.gone();
+  }
+  // Whether the store has left a request unanswered for longer than kStorePatience.
+  bool storeSilent() const {
+    return requests_.silentFor() > kStorePatience;
   }
 
   const std::string& self() const {
@@ -127,8 +157,9 @@ class GroupHealth {
 
  private:
   void watchLoop();
+  StoreRequests::Reply<std::optional<std::string>> askPublished() const;
 
-  c10::intrusive_ptr<c10d::Store> store_;
+  mutable StoreRequests requests_;
   std::function<void(const std::string&)> abortHost_;
   std::function<std::string()> hostBroken_;
   std::function<std::vector<int>()> hostLosses_;
@@ -137,7 +168,6 @@ class GroupHealth {
   std::string reason_; // guarded by mu_
   std::set<int> lost_; // guarded by mu_: ranks noteLost() was told of
   std::atomic<bool> broken_{false};
-  mutable std::atomic<bool> storeUnreachable_{false};
   std::atomic<uint64_t> begun_{0};
   std::atomic<int> inFlight_{0};
   std::chrono::milliseconds watchPeriod_;

@@ -1,44 +1,13 @@
+// The engine between hosts: its byte-level operations, on the links or through the engine
+// (waiting for them, and failing well: inter_host_wait.cpp).
 #include "hierarchy/inter_host.hpp"
 
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 
 #include <ATen/ATen.h>
-#include <ATen/core/ivalue.h>
 #include <c10/util/StringUtil.h>
 
-#include "hierarchy/agreement.hpp"
-
 namespace dummy_collectives::hierarchy {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// How often a cross-host wait looks whether the group failed meanwhile (GroupHealth: a flag,
-// and the host level's shared one, set by the host's store watcher).
-constexpr std::chrono::milliseconds kHealthPeriod{20};
-// A wait longer than kStorePollAfter also asks the store for a published failure, every
-// kStorePollPeriod: the host's leader, which watches it for the host, may be the rank that died.
-constexpr std::chrono::milliseconds kStorePollAfter{1000};
-constexpr std::chrono::milliseconds kStorePollPeriod{250};
-// After the engine fails (a peer's connection closed), or past the deadline, how long to wait
-// for the reason a rank that saw the cause publishes: the failed rank's host peers see a dead
-// process within their liveness period, and a rank whose host peer never came names it.
-constexpr std::chrono::milliseconds kReasonPatience = OpContext::kReasonPatience;
-// A wait longer than this on a group whose collectives may begin with different engine calls
-// compares calls in the store (compareStuckCalls), then again every period: how long ranks
-// that called different collectives take to raise, at two store requests per peer a period.
-constexpr std::chrono::milliseconds kCompareCallsAfter{100};
-constexpr std::chrono::milliseconds kCompareCallsPeriod{100};
-
-struct Completion {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-};
-
-} // namespace
 
 at::Tensor bytesOf(const at::Tensor& tensor) {
   return tensor.reshape(-1).view(at::kByte);
@@ -298,230 +267,15 @@ int InterHostEngine::otherFormFrom(const c10::intrusive_ptr<c10d::Work>& work) {
   return onLinks != nullptr ? onLinks->otherKindFrom() : -1;
 }
 
-void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) const {
-  ctx.step();
-  // Only a collective's first engine call can meet another collective's: later ones follow a
-  // check every rank passed.
-  const bool firstCall = ctx.op.seq != lastWaitedSeq_;
-  lastWaitedSeq_ = ctx.op.seq;
-  if (auto* onLinks = dynamic_cast<LeaderLinks::Operation*>(work.get())) {
-    // This thread moves the bytes itself: it wakes when they arrive, with no hand-off.
-    std::string lost;
-    watch(ctx, firstCall, [&](Clock::time_point until) {
-      try {
-        return onLinks->progressUntil(until);
-      } catch (const LinkLost& e) {
-        lost = e.what();
-        return true;
-      }
-    });
-    if (!lost.empty()) {
-      failEngine(ctx, lost);
-    }
-    if (const auto& wrong = onLinks->wrongSize()) {
-      health_.fail(ctx.describe(),
-                   c10::str(health_.self(), " received ", wrong->bytes, " bytes from rank ",
-                            members_[wrong->member], " where it expected ", wrong->expected,
-                            " (a fault of dummy_collectives: the ranks had agreed on the call)"));
-    }
-    return;
-  }
-  if (!work->isCompleted()) {
-    auto completion = std::make_shared<Completion>();
-    work->getFuture()->addCallback([completion](c10::ivalue::Future&) {
-      {
-        std::lock_guard<std::mutex> lock(completion->mu);
-        completion->done = true;
-      }
-      completion->cv.notify_all();
-    });
-    watch(ctx, firstCall, [&](Clock::time_point until) {
-      std::unique_lock<std::mutex> lock(completion->mu);
-      return completion->cv.wait_until(lock, until, [&] { return completion->done; });
-    });
-  }
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    failEngine(ctx, errorText(e));
-  }
-}
-
-template <typename BlockUntil>
-void InterHostEngine::watch(const OpContext& ctx, bool firstCall, BlockUntil&& blockUntil) const {
-  const auto start = Clock::now();
-  auto nextCheck = start + kHealthPeriod;
-  auto nextStorePoll = start;
-  auto nextCallComparison = start + kCompareCallsAfter;
-  bool told = false;
-  while (!blockUntil(std::min(nextCheck, ctx.deadline))) {
-    const auto now = Clock::now();
-    if (now >= ctx.deadline) {
-      // This host's ranks have all come (the collective's in-host stage comes first).
-      std::vector<int> others;
-      for (const int member : members_) {
-        if (topology_.hostOf(member) != topology_.host()) {
-          others.push_back(member);
-        }
-      }
-      // A rank of another host that waits in shared memory for the rank that never came
-      // times out about now too, and names it: prefer its reason to "waited for a host".
-      if (auto reason = health_.awaitPublished(kReasonPatience)) {
-        health_.fail(ctx.describe(), *reason);
-      }
-      // The reason goes to every rank: it names who waited (a rank quoting it would
-      // otherwise seem to have waited for itself), and the time since the collective began,
-      // which the deadline counts from (not since this wait began: that quoted less than the
-      // timeout).
-      const auto began = ctx.deadline - ctx.timeout;
-      health_.fail(
-          ctx.describe(),
-          c10::str(
-              health_.self(), " timed out after ",
-              std::chrono::duration_cast<std::chrono::milliseconds>(now - began).count(),
-              " ms (its timeout is ", ctx.timeout.count(), " ms) waiting for ranks ",
-              c10::Join(", ", others),
-              " to arrive (on other hosts); a rank that never calls it, or calls collectives "
-              "in a different order, causes this"));
-    }
-    if (now >= nextCheck) {
-      const std::string reason = health_.brokenReason();
-      if (!reason.empty()) {
-        health_.fail(ctx.describe(), reason);
-      }
-      // This host's leader watches the store for the others; if it died, nobody does. A
-      // wait that lasts asks the store itself (a round trip every kStorePollPeriod).
-      if (now - start >= kStorePollAfter && now >= nextStorePoll &&
-          !health_.storeUnreachable()) {
-        if (auto published = health_.published(/*unreachableIsFailure=*/false)) {
-          health_.fail(ctx.describe(), *published);
-        }
-        nextStorePoll = now + kStorePollPeriod;
-      }
-      if (compareStuckCalls_ && firstCall && now >= nextCallComparison) {
-        if (auto mismatch = stuckCallMismatch(ctx, told)) {
-          health_.fail(ctx.describe(), *mismatch);
-        }
-        nextCallComparison = Clock::now() + kCompareCallsPeriod;
-      }
-      nextCheck = Clock::now() + kHealthPeriod;
+std::vector<int> InterHostEngine::endedAfterRecord(const c10::intrusive_ptr<c10d::Work>& work) const {
+  const auto* onLinks = dynamic_cast<const LeaderLinks::Operation*>(work.get());
+  std::vector<int> ranks;
+  if (onLinks != nullptr) {
+    for (const int m : onLinks->endedAfterFrame()) {
+      ranks.push_back(members_[m]);
     }
   }
-}
-
-void InterHostEngine::failEngine(const OpContext& ctx, const std::string& error) const {
-  // A peer's connection closed or the engine gave up. If the rank that failed is dead, its
-  // host peers see that within their liveness period and publish it, naming it: prefer that.
-  // A rank alone on its host has nobody to tell (a rank that failed on its own published
-  // before it left): then only what is published already counts.
-  int host = -1;
-  const std::vector<int> suspects = suspectsOf(error, host);
-  const bool aloneOnItsHost = suspects.size() == 1 &&
-      topology_.ranksOn(topology_.hostOf(suspects[0])).size() == 1;
-  auto reason = aloneOnItsHost ? health_.published(/*unreachableIsFailure=*/false)
-                               : health_.awaitPublished(kReasonPatience);
-  health_.fail(ctx.describe(), reason ? *reason : describeFailure(error));
-}
-
-std::optional<std::string> InterHostEngine::stuckCallMismatch(
-    const OpContext& ctx, bool& told) const {
-  if (!told) {
-    health_.tellCall(topology_.rank(), ctx.op);
-    told = true;
-  }
-  std::vector<std::pair<int, OpDescriptor>> calls{{topology_.rank(), ctx.op}};
-  for (const int member : members_) {
-    if (member == topology_.rank()) {
-      continue;
-    }
-    // A peer's call of another collective of the sequence is an old one (it waited long then)
-    // or one it has not reached: only the same collective of the sequence tells a mismatch.
-    auto op = health_.toldCall(member);
-    if (op && op->seq == ctx.op.seq && *op != ctx.op) {
-      calls.emplace_back(member, *op);
-    }
-  }
-  if (calls.size() == 1) {
-    return std::nullopt;
-  }
-  return differentCalls(topology_, std::move(calls));
-}
-
-namespace {
-
-// gloo names the peer of a failed connection by its address: "Connection closed by peer
-// [10.0.0.2]:4567. This is typically caused by ...". The address, or "" (source locations,
-// "[pair.cc:553]", are gone by now: errorText).
-std::string peerAddress(const std::string& engineError) {
-  size_t at = 0;
-  while ((at = engineError.find('[', at)) != std::string::npos) {
-    const size_t close = engineError.find(']', at);
-    if (close == std::string::npos) {
-      break;
-    }
-    if (close + 1 < engineError.size() && engineError[close + 1] == ':') {
-      return engineError.substr(at + 1, close - at - 1);
-    }
-    at = close;
-  }
-  return {};
-}
-
-} // namespace
-
-std::vector<int> InterHostEngine::suspectsOf(const std::string& engineError, int& host) const {
-  std::vector<int> others;
-  for (const int member : members_) {
-    if (member != topology_.rank()) {
-      others.push_back(member);
-    }
-  }
-  // Members whose process this rank can see to have ended (ranks of this machine on hosts of
-  // their own: simulated hosts); else the members on the host at gloo's address, when that
-  // names one host.
-  std::vector<int> suspects;
-  for (const int member : others) {
-    if (topology_.processEnded(member)) {
-      suspects.push_back(member);
-    }
-  }
-  host = topology_.hostAt(peerAddress(engineError));
-  if (suspects.empty() && host >= 0 && host != topology_.host()) {
-    for (const int member : others) {
-      if (topology_.hostOf(member) == host) {
-        suspects.push_back(member);
-      }
-    }
-  }
-  return suspects;
-}
-
-std::string InterHostEngine::describeFailure(const std::string& engineError) const {
-  int host = -1;
-  const std::vector<int> suspects = suspectsOf(engineError, host);
-  // Survivors name the ranks they lost to shrink_group (dead_ranks()): a host whose
-  // connection closed is lost whether its process or its network died.
-  health_.noteLost(suspects);
-  std::string peer = "a rank on another host";
-  if (suspects.size() == 1) {
-    peer = topology_.describeRank(suspects[0]);
-    if (topology_.processEnded(suspects[0])) {
-      peer += c10::str(", whose process (pid ", topology_.pidOf(suspects[0]), ") has ended");
-    }
-  } else if (!suspects.empty() && host >= 0) {
-    peer = c10::str("a rank of ", topology_.describeHost(host));
-  } else if (!suspects.empty()) {
-    std::vector<std::string> named;
-    for (const int member : suspects) {
-      named.push_back(topology_.describeRank(member));
-    }
-    peer = c10::str("one of ", c10::Join(", ", named), ", whose processes have ended");
-  }
-  // gloo's first sentence ("Connection closed by peer [10.0.0.2]:4567"): the rest is advice.
-  const std::string what = engineError.substr(0, engineError.find(". "));
-  return c10::str(
-      "lost the cross-host connection to ", peer,
-      " (its process or host died, or the network failed; nobody reported a cause): ", what);
+  return ranks;
 }
 
 } // namespace dummy_collectives::hierarchy

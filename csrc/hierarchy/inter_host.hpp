@@ -1,6 +1,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,10 @@ class InterHostEngine {
   // exchange met a broadcast's one-way record, or the reverse: its slot holds the start of that
   // record -- or -1. Only the leaders' links can tell; gloo's operations never meet then.
   static int otherFormFrom(const c10::intrusive_ptr<c10d::Work>& work);
+  // The group ranks whose connection ended right after the record they sent into `work` (on
+  // the links; through the engine nobody can tell): they gave up on the group after sending it
+  // (LinkHangUp), or left it.
+  std::vector<int> endedAfterRecord(const c10::intrusive_ptr<c10d::Work>& work) const;
 
   // Waits for `work` of this engine. Raises (failing the group) if it failed -- naming the
   // dead rank where the group learns it -- if the group failed elsewhere meanwhile, or past the
@@ -138,14 +143,22 @@ class InterHostEngine {
   }
 
  private:
-  // The members the engine's failure points at: those whose process this rank can see to have
-  // ended, else those on the host at the address the error names (`host`: that host, or -1).
+  // The members on the host at the address the engine's error names (`host`: that host, or
+  // -1). Nobody on this host sees another host's processes, so an address is all it has.
   std::vector<int> suspectsOf(const std::string& engineError, int& host) const;
-  // The message of a mismatch this rank's call has with a call its peers told, if any (this
-  // rank tells its own first, once per wait: `told`).
-  std::optional<std::string> stuckCallMismatch(const OpContext& ctx, bool& told) const;
-  // Why the engine failed, for the message: the peer it names, if any.
-  std::string describeFailure(const std::string& engineError) const;
+  // The message of a mismatch this rank's call has with the calls its peers told (in the order
+  // of othersThan(this rank)), if any.
+  std::optional<std::string> stuckCallMismatch(
+      const OpContext& ctx, const GroupHealth::ToldCalls& told) const;
+  // Why the engine failed, for the message: the peer it lost, if known.
+  std::string describeFailure(
+      const std::string& engineError, const std::vector<int>& suspects, int host) const;
+  // The group ranks of engine ranks; the members on other hosts; the members but `rank`.
+  std::vector<int> groupRanksOf(const std::vector<int>& engineRanks) const;
+  std::vector<int> othersThanThisHost() const;
+  std::vector<int> othersThan(int rank) const;
+  // "rank 2 (on host h1 (10.0.0.2), ranks 2, 3)", by host.
+  std::string describeRanks(const std::vector<int>& ranks) const;
   // Whether a byte-level operation goes on the links.
   bool onLinks(bool alone) const {
     return links_ && (alone || dataOnLinks_);
@@ -168,11 +181,19 @@ class InterHostEngine {
   c10::intrusive_ptr<c10d::Work> fromRootOnLinks(
       at::Tensor& bytes, int root, LeaderLinks::Kind kind) const;
   // Calls `blockUntil(t)` (true once the work is done, false at t) until the work is done,
-  // checking in between the group's health, the deadline and (compareStuckCalls) the calls.
-  template <typename BlockUntil>
-  void watch(const OpContext& ctx, bool firstCall, BlockUntil&& blockUntil) const;
-  // The engine failed with `engineError`: fails the group, naming the cause.
-  [[noreturn]] void failEngine(const OpContext& ctx, const std::string& engineError) const;
+  // checking in between the group's health, the deadline and (compareStuckCalls) the calls;
+  // `awaited()` names the group ranks it still waits for, should the deadline pass.
+  template <typename BlockUntil, typename Awaited>
+  void watch(const OpContext& ctx, bool firstCall, BlockUntil&& blockUntil, Awaited&& awaited)
+      const;
+  // The deadline passed waiting for `awaited`: fails the group, saying what this rank knows
+  // (nothing heard from them; whether the store answered) and what it does not.
+  [[noreturn]] void timedOut(
+      const OpContext& ctx, bool firstCall, const std::vector<int>& awaited) const;
+  // The engine failed with `engineError` (`lostRank`: the group rank whose connection it lost,
+  // or -1 where the error does not say): fails the group, naming the cause.
+  [[noreturn]] void failEngine(
+      const OpContext& ctx, const std::string& engineError, int lostRank) const;
 
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::vector<int> members_;

@@ -16,6 +16,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
@@ -26,10 +27,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// What a connecting member's hello starts with (LeaderLinks::Hello).
+constexpr uint32_t kHello = 0x44434c33; // "DCL3"
+} // namespace
+
 // A connecting member's first bytes: who it is and which of the pair's connections this is
 // (records or data: leader_links.hpp), so the accepting side files it right whatever order
-// they arrive in.
-constexpr uint32_t kHello = 0x44434c32; // "DCL2"
+// they arrive in, and the token the accepting member published with its port.
+struct LeaderLinks::Hello {
+  uint32_t magic;
+  uint32_t member;
+  uint32_t channel;
+  uint32_t reserved;
+  uint64_t token;
+};
+
+namespace {
+
 // A frame's header: its kind and its payload's length (64 bits: a broadcast of a tensor of
 // more than 4 GiB is one frame).
 struct FrameHeader {
@@ -42,6 +56,13 @@ constexpr size_t kDropBytes = 64 << 10;
 // What a relay asks of each of its pipes: one splice moves at most a pipe's worth, and 1 MiB is
 // what Linux lets any user set (fs.pipe-max-size); where refused, the pipe keeps its 64 KiB.
 constexpr int kRelayPipeBytes = 1 << 20;
+
+// 64 random bits, from the system's entropy (not a seeded generator: two ranks started in the
+// same microsecond must not draw the same).
+uint64_t randomToken() {
+  std::random_device entropy;
+  return (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+}
 
 std::string keyOf(int member) {
   return c10::str("dummy_collectives/leader_links/", member);
@@ -143,6 +164,7 @@ class SigpipeHeld {
 struct LeaderLinks::Peer {
   int fd = -1;
   std::string where; // "[10.0.0.2]:4567", as gloo names a peer
+  int member = -1;
   ~Peer() {
     if (fd >= 0) {
       ::close(fd);
@@ -168,9 +190,9 @@ struct LeaderLinks::Peer {
   }
   [[noreturn]] void lost(const char* call) const {
     if (errno == 0 || errno == ECONNRESET || errno == EPIPE) {
-      throw LinkLost(c10::str("Connection closed by peer ", where));
+      throw LinkLost(c10::str("Connection closed by peer ", where), member);
     }
-    throw LinkLost(c10::str("Connection to peer ", where, " failed: ", systemError(call)));
+    throw LinkLost(c10::str("Connection to peer ", where, " failed: ", systemError(call)), member);
   }
 };
 
@@ -180,8 +202,9 @@ LeaderLinks::LeaderLinks(
     int me,
     const std::vector<std::string>& addresses,
     std::chrono::milliseconds timeout,
-    bool carriesRecords)
-    : me_(me), channels_(carriesRecords ? 2 : 1) {
+    bool carriesRecords,
+    std::shared_ptr<LinkHangUp> hangUp)
+    : me_(me), hangUp_(std::move(hangUp)), channels_(carriesRecords ? 2 : 1) {
   const int n = static_cast<int>(members.size());
   TORCH_CHECK(n == static_cast<int>(addresses.size()) && me >= 0 && me < n,
               "dummy_collectives: leader links of ", n, " members, ", addresses.size(),
@@ -191,7 +214,7 @@ LeaderLinks::LeaderLinks(
     peers.resize(n);
   }
   const auto until = Clock::now() + timeout;
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listener < 0) {
     creationFails(systemError("socket"));
   }
@@ -199,17 +222,21 @@ LeaderLinks::LeaderLinks(
   sockaddr_in addr = ipv4(addresses[me], 0);
   socklen_t length = sizeof(addr);
   if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listener, n) != 0 ||
+      ::listen(listener, SOMAXCONN) != 0 ||
       ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
     creationFails(c10::str(addresses[me], ": ", systemError("bind/listen")));
   }
-  const std::string port = std::to_string(ntohs(addr.sin_port));
-  store->set(keyOf(members[me]), std::vector<uint8_t>(port.begin(), port.end()));
+  // The port and a token only this group's members read in the store: a hello without it is
+  // not from a member, whatever else it says.
+  const uint64_t token = randomToken();
+  const std::string published = c10::str(ntohs(addr.sin_port), " ", token);
+  store->set(keyOf(members[me]), std::vector<uint8_t>(published.begin(), published.end()));
 
   // Each member connects to those before it and accepts those after it, once per channel.
-  auto connectTo = [&](int j, uint16_t peerPort, int channel) {
+  auto connectTo = [&](int j, uint16_t peerPort, uint64_t peerToken, int channel) {
     auto peer = std::make_unique<Peer>();
     peer->where = c10::str("[", addresses[j], "]:", peerPort);
+    peer->member = j;
     peer->fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (peer->fd < 0) {
       creationFails(systemError("socket"));
@@ -232,52 +259,150 @@ LeaderLinks::LeaderLinks(
         creationFails(c10::str(peer->where, ": ", systemError("connect")));
       }
     }
-    const std::array<uint32_t, 3> hello{kHello, static_cast<uint32_t>(me),
-                                        static_cast<uint32_t>(channel)};
-    exactly(peer->fd, const_cast<uint32_t*>(hello.data()), sizeof(hello), false, until,
-            peer->where);
+    Hello hello{kHello, static_cast<uint32_t>(me), static_cast<uint32_t>(channel), 0, peerToken};
+    exactly(peer->fd, &hello, sizeof(hello), false, until, peer->where);
     channels_[channel][j] = std::move(peer);
   };
   for (int j = 0; j < me; ++j) {
     const std::vector<uint8_t> got = store->get(keyOf(members[j])); // waits for it to listen
-    const auto peerPort = static_cast<uint16_t>(std::stoi(std::string(got.begin(), got.end())));
+    const std::string text(got.begin(), got.end());
+    const size_t space = text.find(' ');
+    const auto peerPort = static_cast<uint16_t>(std::stoi(text.substr(0, space)));
+    const uint64_t peerToken = std::stoull(text.substr(space + 1));
     for (int channel = 0; channel < channels; ++channel) {
-      connectTo(j, peerPort, channel);
+      connectTo(j, peerPort, peerToken, channel);
     }
   }
-  for (int accepted = 0; accepted < channels * (n - 1 - me); ++accepted) {
-    pollfd p{listener, POLLIN, 0};
-    if (::poll(&p, 1, pollMs(until)) <= 0) {
-      creationFails(c10::str("timed out after ", timeout.count(), " ms waiting for ",
-                             channels * (n - 1 - me) - accepted,
-                             " connections from leaders of later hosts"));
+  acceptLaterMembers(listener, addresses, token, until, timeout, members[me]);
+  if (hangUp_) {
+    std::lock_guard<std::mutex> lock(hangUp_->mu_);
+    for (const auto& peers : channels_) {
+      for (const auto& peer : peers) {
+        if (peer) {
+          hangUp_->fds_.push_back(peer->fd);
+          if (hangUp_->hungUp_) {
+            ::shutdown(peer->fd, SHUT_WR); // the group failed while they were made
+          }
+        }
+      }
     }
-    sockaddr_in from{};
-    socklen_t fromLength = sizeof(from);
-    auto peer = std::make_unique<Peer>();
-    peer->fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &fromLength, SOCK_CLOEXEC);
-    if (peer->fd < 0) {
-      creationFails(systemError("accept"));
-    }
-    tune(peer->fd);
-    std::array<char, INET_ADDRSTRLEN> text{};
-    ::inet_ntop(AF_INET, &from.sin_addr, text.data(), text.size());
-    peer->where = c10::str("[", text.data(), "]:", ntohs(from.sin_port));
-    std::array<uint32_t, 3> hello{};
-    exactly(peer->fd, hello.data(), sizeof(hello), true, until, peer->where);
-    const auto j = static_cast<int>(hello[1]);
-    const auto channel = static_cast<int>(hello[2]);
-    if (hello[0] != kHello || j <= me || j >= n || channel < 0 || channel >= channels ||
-        channels_[channel][j]) {
-      creationFails(c10::str(peer->where, " is not a leader of this group (", hello[0], ", ",
-                             j, ", ", channel, ")"));
-    }
-    peer->where = c10::str("[", addresses[j], "]:", ntohs(from.sin_port));
-    channels_[channel][j] = std::move(peer);
   }
 }
 
-LeaderLinks::~LeaderLinks() = default;
+void LeaderLinks::acceptLaterMembers(
+    int listener,
+    const std::vector<std::string>& addresses,
+    uint64_t token,
+    std::chrono::steady_clock::time_point until,
+    std::chrono::milliseconds timeout,
+    int groupRank) {
+  const int n = size();
+  const int channels = static_cast<int>(channels_.size());
+  // Accepted connections whose hello is still coming in: they are read side by side, so a
+  // stranger that connects and sends nothing holds up nobody.
+  struct Arriving {
+    std::unique_ptr<Peer> peer;
+    Hello hello{};
+    size_t got = 0;
+  };
+  std::vector<Arriving> arriving;
+  int refused = 0;
+  auto refuse = [&](size_t i, const std::string& why) {
+    DC_LOG(kWarn, groupRank, "refused a connection from ", arriving[i].peer->where,
+           " while connecting the hosts' leaders: ", why);
+    ++refused;
+    arriving.erase(arriving.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  for (int accepted = 0; accepted < channels * (n - 1 - me_);) {
+    std::vector<pollfd> fds{{listener, POLLIN, 0}};
+    for (const auto& a : arriving) {
+      fds.push_back({a.peer->fd, POLLIN, 0});
+    }
+    if (::poll(fds.data(), fds.size(), pollMs(until)) <= 0 && Clock::now() >= until) {
+      creationFails(c10::str("timed out after ", timeout.count(), " ms waiting for ",
+                             channels * (n - 1 - me_) - accepted,
+                             " connections from leaders of later hosts",
+                             refused > 0 ? c10::str(" (refused ", refused, " from elsewhere)")
+                                         : std::string()));
+    }
+    for (size_t i = arriving.size(); i-- > 0;) {
+      if (fds[i + 1].revents == 0) {
+        continue;
+      }
+      Arriving& a = arriving[i];
+      const ssize_t got = ::recv(a.peer->fd, reinterpret_cast<char*>(&a.hello) + a.got,
+                                 sizeof(Hello) - a.got, MSG_DONTWAIT);
+      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        refuse(i, "it closed before it said who it is");
+        continue;
+      }
+      a.got += static_cast<size_t>(std::max<ssize_t>(got, 0));
+      if (a.got < sizeof(Hello)) {
+        continue;
+      }
+      const auto j = static_cast<int>(a.hello.member);
+      const auto channel = static_cast<int>(a.hello.channel);
+      if (a.hello.magic != kHello || a.hello.token != token) {
+        refuse(i, "it is not a leader of this group (its first bytes are not a hello with the "
+                  "group's token)");
+      } else if (j <= me_ || j >= n || channel < 0 || channel >= channels ||
+                 channels_[channel][j]) {
+        refuse(i, c10::str("its hello names member ", j, ", channel ", channel,
+                           ", which no connection is awaited from"));
+      } else {
+        a.peer->member = j;
+        a.peer->where = c10::str("[", addresses[j], "]:", a.peer->where.substr(
+                                                         a.peer->where.rfind(':') + 1));
+        channels_[channel][j] = std::move(a.peer);
+        arriving.erase(arriving.begin() + static_cast<std::ptrdiff_t>(i));
+        ++accepted;
+      }
+    }
+    if ((fds[0].revents & POLLIN) != 0) {
+      sockaddr_in from{};
+      socklen_t fromLength = sizeof(from);
+      auto peer = std::make_unique<Peer>();
+      peer->fd =
+          ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &fromLength, SOCK_CLOEXEC);
+      if (peer->fd >= 0) {
+        tune(peer->fd);
+        std::array<char, INET_ADDRSTRLEN> text{};
+        ::inet_ntop(AF_INET, &from.sin_addr, text.data(), text.size());
+        peer->where = c10::str("[", text.data(), "]:", ntohs(from.sin_port));
+        arriving.push_back(Arriving{std::move(peer)});
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                 errno != ECONNABORTED) {
+        creationFails(systemError("accept"));
+      }
+    }
+  }
+}
+
+LeaderLinks::~LeaderLinks() {
+  if (hangUp_) {
+    // Before the connections close: their numbers may be reused at once.
+    std::lock_guard<std::mutex> lock(hangUp_->mu_);
+    auto& fds = hangUp_->fds_;
+    for (const auto& peers : channels_) {
+      for (const auto& peer : peers) {
+        if (peer) {
+          fds.erase(std::remove(fds.begin(), fds.end(), peer->fd), fds.end());
+        }
+      }
+    }
+  }
+}
+
+void LinkHangUp::now() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (hungUp_) {
+    return;
+  }
+  hungUp_ = true;
+  for (const int fd : fds_) {
+    ::shutdown(fd, SHUT_WR);
+  }
+}
 
 bool LeaderLinks::usable(const std::vector<std::string>& addresses) {
   for (const auto& address : addresses) {
@@ -694,10 +819,38 @@ bool LeaderLinks::Operation::progressUntil(Clock::time_point until) {
       limit = &wait;
     }
     if (::ppoll(fds.data(), fds.size(), limit, nullptr) < 0 && errno != EINTR) {
-      throw LinkLost(systemError("ppoll"));
+      throw LinkLost(systemError("ppoll"), -1);
     }
   }
   return true;
+}
+
+std::vector<int> LeaderLinks::Operation::awaited() const {
+  std::vector<int> members;
+  for (const auto& in : in_) {
+    if (in.got < sizeof(FrameHeader) || in.got < sizeof(FrameHeader) + in.header.bytes) {
+      members.push_back(in.member);
+    }
+  }
+  for (const auto& o : out_) {
+    if (o.sent < sizeof(FrameHeader) + o.header.bytes) {
+      members.push_back(o.peer->member);
+    }
+  }
+  std::sort(members.begin(), members.end());
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  return members;
+}
+
+std::vector<int> LeaderLinks::Operation::endedAfterFrame() const {
+  std::vector<int> members;
+  for (const auto& in : in_) {
+    char next = 0;
+    if (::recv(in.peer->fd, &next, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+      members.push_back(in.member);
+    }
+  }
+  return members;
 }
 
 bool LeaderLinks::Operation::isCompleted() {

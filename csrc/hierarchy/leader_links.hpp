@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -41,6 +42,22 @@ namespace dummy_collectives::hierarchy {
 // frame. (The price, near the noise: the data connection's first bulk, cold, cost three hosts'
 // 1 MiB all-gathers at 1 Gbit/s a few per cent; docs/benchmarks.md, "Records on a connection of
 // their own".)
+// Lets any thread tell a member's peers at once that it gave up on the group: it shuts the
+// sending side of every connection of the member's links, so a peer reads every frame sent
+// before, then the end of the stream -- in the stream's own order, after the last record the
+// member sent (agreement.cpp reads it so). The links register their connections while they
+// live; after that it does nothing.
+class LinkHangUp {
+ public:
+  void now();
+
+ private:
+  friend class LeaderLinks;
+  std::mutex mu_;
+  std::vector<int> fds_; // guarded by mu_
+  bool hungUp_ = false;  // guarded by mu_
+};
+
 class LeaderLinks {
  public:
   // What a frame is: an exchange's record, a broadcast's one-way record, or data that follows
@@ -48,17 +65,21 @@ class LeaderLinks {
   enum class Kind : uint32_t { kExchange = 1, kOneWay = 2, kData = 3 };
 
   // `members`: the group ranks of the leaders, `me` this rank's index among them; `addresses`:
-  // each member's address (it listens there, on a port the system picks, published in `store`).
-  // Every member makes it at the same time; it returns once every pair is connected, or throws
-  // past `timeout`. `carriesRecords`: whether records travel here too (the hosts' leaders);
-  // links that carry only data (the other rails) need one connection per pair.
+  // each member's address (it listens there, on a port the system picks, published in `store`
+  // with a random token that every member's hello must carry: a connection from anyone else --
+  // a port scanner, a stray client, a stale peer of an earlier group -- is closed and the
+  // listener goes on). Every member makes it at the same time; it returns once every pair is
+  // connected, or throws past `timeout`. `carriesRecords`: whether records travel here too
+  // (the hosts' leaders); links that carry only data (the other rails) need one connection per
+  // pair.
   LeaderLinks(
       const c10::intrusive_ptr<c10d::Store>& store,
       std::vector<int> members,
       int me,
       const std::vector<std::string>& addresses,
       std::chrono::milliseconds timeout,
-      bool carriesRecords);
+      bool carriesRecords,
+      std::shared_ptr<LinkHangUp> hangUp = nullptr);
   ~LeaderLinks();
   // Whether links can be made between hosts at these addresses (IPv4, as gloo binds to here).
   static bool usable(const std::vector<std::string>& addresses);
@@ -93,8 +114,20 @@ class LeaderLinks {
   struct Peer;
   class Operation;
   struct RelayPipes;
+  struct Hello;
 
  private:
+  // The creation's second half: accepts one connection per channel from every later member
+  // on `listener`, refusing (and logging) any whose hello lacks `token` or names no awaited
+  // connection, until `until`.
+  void acceptLaterMembers(
+      int listener,
+      const std::vector<std::string>& addresses,
+      uint64_t token,
+      std::chrono::steady_clock::time_point until,
+      std::chrono::milliseconds timeout,
+      int groupRank);
+
   // Marks the links unusable: an operation ended without moving all its bytes (its group
   // failed), so the streams are no longer framed.
   void breakLinks(const std::string& why);
@@ -108,6 +141,7 @@ class LeaderLinks {
   }
 
   int me_;
+  std::shared_ptr<LinkHangUp> hangUp_; // holds this member's connections while they live
   // By channel (0: records; the last: data, the same one where records do not travel here),
   // then by member; null for this rank.
   std::vector<std::vector<std::unique_ptr<Peer>>> channels_;
@@ -120,10 +154,16 @@ class LeaderLinks {
 };
 
 // A peer's connection closed, or a socket call failed: names the peer as gloo does ("Connection
-// closed by peer [10.0.0.2]:4567"), so InterHostEngine finds the host by its address.
+// closed by peer [10.0.0.2]:4567"), and says which member it was (-1: none in particular).
 class LinkLost : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  LinkLost(const std::string& what, int member) : std::runtime_error(what), member_(member) {}
+  int member() const {
+    return member_;
+  }
+
+ private:
+  int member_;
 };
 
 // The Work of an operation on the links: complete only once a thread drove it (progressUntil).
@@ -153,6 +193,12 @@ class LeaderLinks::Operation final : public c10d::Work {
   const std::optional<WrongSize>& wrongSize() const {
     return wrongSize_;
   }
+  // The members whose frame has not wholly arrived, or to whom ours has not wholly left: those
+  // a wait that ends here was waiting for.
+  std::vector<int> awaited() const;
+  // Of a finished operation, the members whose connection ends right after the frame they
+  // sent (LinkHangUp): they gave up on the group after sending it, or left it.
+  std::vector<int> endedAfterFrame() const;
 
  private:
   struct Outgoing;

@@ -55,6 +55,13 @@ struct Levels {
   // host's other ranks; and the in-host records of its first step.
   mutable at::Tensor announcements;
   mutable at::Tensor hostRecords;
+  // A leader's marks of its cross-host progress on its own steady clock (arrivalClockNs), for
+  // what would otherwise compare the hosts' clocks (agreement.cpp): when it last sent a record
+  // every other leader needed to finish a collective (none can have begun a later one
+  // before), and when its last exchange completed (every leader completes one within a network
+  // latency of the others). Both start at the group's creation.
+  mutable int64_t lastRecordSentNs = 0;
+  mutable int64_t lastExchangeDoneNs = 0;
 
   bool leader() const {
     return topology.localRank() == 0;

@@ -1,11 +1,6 @@
 #include "hierarchy/topology.hpp"
 
-#include <signal.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <fstream>
-#include <iterator>
 
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
@@ -16,13 +11,11 @@ Topology::Topology(
     int rank,
     std::vector<std::vector<int>> hosts,
     std::vector<std::string> hostNames,
-    std::vector<std::string> hostAddresses,
-    std::vector<int> pids)
+    std::vector<std::string> hostAddresses)
     : rank_(rank),
       hosts_(std::move(hosts)),
       names_(std::move(hostNames)),
-      addresses_(std::move(hostAddresses)),
-      pids_(std::move(pids)) {
+      addresses_(std::move(hostAddresses)) {
   TORCH_CHECK(
       !hosts_.empty() && names_.size() == hosts_.size() && addresses_.size() == hosts_.size(),
       "dummy_collectives: a topology needs a name and an address per host");
@@ -30,9 +23,6 @@ Topology::Topology(
   for (const auto& ranks : hosts_) {
     size += ranks.size();
   }
-  TORCH_CHECK(
-      pids_.empty() || pids_.size() == size,
-      "dummy_collectives: a topology of ", size, " ranks with ", pids_.size(), " pids");
   hostOf_.assign(size, -1);
   localOf_.assign(size, -1);
   for (int h = 0; h < hostCount(); ++h) {
@@ -97,25 +87,6 @@ int Topology::hostAt(const std::string& address) const {
     }
   }
   return found;
-}
-
-bool Topology::processEnded(int rank) const {
-  const int pid = pidOf(rank);
-  if (pid <= 0) {
-    return false;
-  }
-  if (::kill(pid, 0) != 0 && errno == ESRCH) {
-    return true;
-  }
-  // A zombie (killed, not yet reaped by its parent) has ended too.
-  std::ifstream stat(c10::str("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) {
-    return false;
-  }
-  const char state = text[close + 2];
-  return state == 'Z' || state == 'X';
 }
 
 } // namespace dummy_collectives::hierarchy

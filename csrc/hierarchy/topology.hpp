@@ -10,14 +10,11 @@ namespace dummy_collectives::hierarchy {
 class Topology {
  public:
   // hosts[h]: the group ranks on host h, ascending; hosts ordered by their smallest rank.
-  // pids[r]: rank r's pid where this rank sees its process (the same pid namespace), else 0
-  // (empty: none known).
   Topology(
       int rank,
       std::vector<std::vector<int>> hosts,
       std::vector<std::string> hostNames,
-      std::vector<std::string> hostAddresses,
-      std::vector<int> pids = {});
+      std::vector<std::string> hostAddresses);
 
   int rank() const {
     return rank_;
@@ -71,20 +68,12 @@ class Topology {
   // The host whose engine address is `address`, or -1 (also where several hosts share it:
   // hosts made of one machine's ranks).
   int hostAt(const std::string& address) const;
-  // Whether rank r's process is known to have ended (this rank sees its pid: simulated hosts,
-  // namespaces that share the pid namespace); false where it cannot tell.
-  bool processEnded(int rank) const;
-  // Rank r's pid where this rank sees its process, else 0.
-  int pidOf(int rank) const {
-    return rank < static_cast<int>(pids_.size()) ? pids_[rank] : 0;
-  }
 
  private:
   int rank_;
   std::vector<std::vector<int>> hosts_;
   std::vector<std::string> names_;
   std::vector<std::string> addresses_;
-  std::vector<int> pids_;
   std::vector<int> hostOf_;
   std::vector<int> localOf_;
   bool uniform_;

@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
+#include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/flight_recorder.hpp>
 #include "hierarchy/agreement.hpp"
@@ -156,6 +157,9 @@ TwoLevelLowering::TwoLevelLowering(
     : options_(std::move(options)),
       topology_(std::move(topology)),
       waits_(std::make_unique<WaitLedger>(topology_.size())) {
+  // Before this rank takes part in anything its peers' creation waits for: no peer can begin
+  // its first collective earlier (Levels::lastRecordSentNs).
+  const int64_t creationBeganNs = arrivalClockNs();
   const int rank = topology_.rank();
   const int size = topology_.size();
   // The host's ranks: their own segment, through the host's store prefix. Messages name them by
@@ -168,9 +172,15 @@ TwoLevelLowering::TwoLevelLowering(
       GroupJoin{options_->timeout, {}},
       Placement{topology_.ranksOn(topology_.host()), ranksOnMachine},
       debug_log::Site{rank, &options_->group_name, false});
+  // A rank that gives up tells its host (shared memory) and hangs up its links, so a peer
+  // reading a record it sent before knows (agreement.cpp).
+  auto hangUp = std::make_shared<LinkHangUp>();
   health_ = std::make_unique<GroupHealth>(
       store,
-      [shm = hostShm_.get()](const std::string& reason) { shm->abort(reason); },
+      [shm = hostShm_.get(), hangUp](const std::string& reason) {
+        shm->abort(reason);
+        hangUp->now();
+      },
       [shm = hostShm_.get()] { return shm->brokenReason(); },
       [this] { return seenDead(); },
       c10::str("rank ", rank, " (", topology_.describeHost(topology_.host()), ", pid ",
@@ -201,7 +211,8 @@ TwoLevelLowering::TwoLevelLowering(
         links = std::make_unique<LeaderLinks>(store, topology_.rail(railIndex),
                                               topology_.host(), topology_.addresses(),
                                               options_->timeout,
-                                              /*carriesRecords=*/topology_.localRank() == 0);
+                                              /*carriesRecords=*/topology_.localRank() == 0,
+                                              hangUp);
       } catch (const std::exception& e) {
         C10_THROW_ERROR(DistBackendError,
                         c10::str("dummy_collectives: rank ", rank, " (",
@@ -265,6 +276,8 @@ TwoLevelLowering::TwoLevelLowering(
   }
   levels_ = std::unique_ptr<Levels>(
       new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
+  levels_->lastRecordSentNs = creationBeganNs;
+  levels_->lastExchangeDoneNs = arrivalClockNs();
   fault_ = fault_injection::fromEnv(); // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
 }
 
@@ -396,17 +409,13 @@ void TwoLevelLowering::abort(const std::string& reason) {
 }
 
 std::vector<int> TwoLevelLowering::seenDead() const {
-  std::vector<int> dead = hostShm_->deadRanks(); // labelled by group rank
-  for (int r = 0; r < topology_.size(); ++r) {
-    if (!sameHost(r) && topology_.processEnded(r)) {
-      dead.push_back(r); // a simulated host's rank, or a namespaced host's on this machine
-    }
-  }
-  return dead;
+  // Only this host's: another host's processes are for its own ranks to see.
+  return hostShm_->deadRanks(); // labelled by group rank
 }
 
 std::vector<int> TwoLevelLowering::deadRanks() const {
-  return health_->lostRanks(topology_.size());
+  return health_->lostRanks(topology_.size(),
+                            std::chrono::steady_clock::now() + options_->timeout);
 }
 
 void TwoLevelLowering::setTimeout(std::chrono::milliseconds timeout) {

@@ -16,9 +16,12 @@ struct OpContext {
   // collective -- where ranks come straight from the caller -- can name the rank that never
   // came. Every later step waits for ranks that are known to have come; if one is late, it
   // waits on another host. So the cross-host waits give the ranks that can name the cause
-  // kReasonPatience past the deadline to publish it, and in-host steps after the agreement wait
-  // a grace beyond that, by which time the reason has reached them through the store.
-  static constexpr std::chrono::milliseconds kReasonPatience{1000};
+  // kReasonPatience past the deadline to publish it (their deadlines differ by how far apart
+  // they began; the store answers within a round trip), and in-host steps after the agreement
+  // wait a grace beyond that, by which time the reason has reached them through the store. A
+  // rank raises within a second of its deadline whatever the network does: the patience and a
+  // store that answers (GroupHealth::kStorePatience) fit in it.
+  static constexpr std::chrono::milliseconds kReasonPatience{500};
   static constexpr std::chrono::milliseconds kFollowingStepGrace{2500};
 
   OpDescriptor op;

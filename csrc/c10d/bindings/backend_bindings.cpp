@@ -124,16 +124,13 @@ void bindBackends(py::module_& m) {
              c10::intrusive_ptr<c10d::Backend> everyone,
              std::optional<c10::intrusive_ptr<c10d::Backend>> linkProbe,
              const std::string& groupName,
-             std::vector<int64_t> globalRanks,
-             std::vector<int> peerPids) {
+             std::vector<int64_t> globalRanks) {
             auto own = groupOptions(*options, timeout, groupName);
             auto lowering = std::make_shared<TwoLevelLowering>(
                 store,
                 hostStore,
                 own,
-                Topology(
-                    rank, std::move(hosts), std::move(hostNames), std::move(hostAddresses),
-                    std::move(peerPids)),
+                Topology(rank, std::move(hosts), std::move(hostNames), std::move(hostAddresses)),
                 ranksOnMachine,
                 rail ? *rail : c10::intrusive_ptr<c10d::Backend>(),
                 std::move(everyone),
@@ -161,7 +158,6 @@ void bindBackends(py::module_& m) {
           py::arg("link_probe") = py::none(),
           py::arg("group_name") = std::string(),
           py::arg("global_ranks") = std::vector<int64_t>(),
-          py::arg("peer_pids") = std::vector<int>(),
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "mode", [](const DummyBackend& b) { return dummy_collectives::modeName(b.mode()); })
