@@ -48,7 +48,8 @@ class Topology:
     host_addresses: tuple[str, ...]
     ranks_on_machine: int  # ranks of the group on this rank's machine, whatever their host
     # Each rank's pid where this rank can see its process (it shares the pid namespace), else 0:
-    # a cross-host failure can then name a dead peer even when its host has no other rank.
+    # a one-host group's liveness checks know a rank that dies before it maps the group's
+    # shared memory. Across hosts nobody reads another host's pids.
     pids: tuple[int, ...] = ()
 
     @property

@@ -79,8 +79,8 @@ class TwoLevelLowering final : public Lowering {
   // Whether the hosts' leaders carry the agreement's records on links of their own
   // (leader_links.hpp): inter_host_links, where every host's engine address is IPv4.
   bool linksBetweenHosts() const;
-  // The group ranks this rank can see to have died: its host's (shared memory), and those of
-  // other hosts whose pid it can check (hosts on this machine).
+  // The group ranks this rank can see to have died: its host's (shared memory). Another
+  // host's ranks are for that host's ranks to see.
   std::vector<int> seenDead() const;
   // `work`, completing the flight recorder entry of `p2p` when it completes.
   static c10::intrusive_ptr<c10d::Work> recorded(
