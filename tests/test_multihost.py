@@ -11,19 +11,16 @@ promises (mismatches caught across hosts, a dead rank named on every host within
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import subprocess
-import tempfile
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import support
 import torch
+from multihost_runner import check_ran_everywhere, check_slow_rank_named, next_port, run_job
 
 from dummy_collectives import namespaced_hosts
 
@@ -33,81 +30,13 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
-JOB = str(Path(__file__).resolve().parent / "multihost_job.py")
-_ports = itertools.count(29600)  # a fresh store port per job: the last one may linger
 DETECT_WITHIN_S = 2.0
-
-
-@dataclass
-class Job:
-    results: dict[int, dict[str, Any]]
-    returncodes: list[int]
-    output: str
-    leftover_shm: dict[int, list[str]] = field(default_factory=dict)
-    # torchfrtrace's report on the flight recorder dumps the ranks wrote (none: "").
-    fr_trace: str = ""
-
-    def report(self) -> str:
-        return f"returncodes {self.returncodes}\n{self.output[-6000:]}"
 
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[namespaced_hosts.NamespacedHosts]:
     with namespaced_hosts.NamespacedHosts(2) as made:
         yield made
-
-
-def run_job(
-    hosts: namespaced_hosts.NamespacedHosts,
-    scenario: str,
-    *args: str,
-    nproc: Sequence[int] = (2, 2),
-    ranks_by_host: Sequence[Sequence[int]] | None = None,
-    timeout_s: float = 300,
-    env: dict[str, str] | None = None,
-    torchrun_args: Sequence[str] = (),
-    analyse_dumps: bool = False,
-) -> Job:
-    """Runs ``scenario`` on the hosts; ``analyse_dumps``: run torchfrtrace on the flight
-    recorder dumps the job left (every rank's must be there: a killed rank writes none)."""
-    with tempfile.TemporaryDirectory(prefix="multihost-") as out:
-        argv = [JOB, scenario, out, *args]
-        port = next(_ports)
-        if ranks_by_host is None:
-            procs = hosts.torchrun(argv, list(nproc), env=env, master_port=port,
-                                   extra_args=torchrun_args)  # fmt: skip
-        else:
-            procs = hosts.launch_ranks(argv, ranks_by_host, env=env,
-                                       master_port=port)  # fmt: skip
-        waited = namespaced_hosts.wait_all(procs, timeout_s)
-        results = {
-            int(path.stem.removeprefix("rank")): json.loads(path.read_text())
-            for path in Path(out).glob("rank*.json")
-        }
-        fr_trace = ""
-        if analyse_dumps:
-            fr_trace = support.torchfrtrace(Path(out), "fr_rank_")
-    output = "".join(f"---- process {i} (exit {code}) ----\n{text}" for i, (code, text)
-                     in enumerate(waited))  # fmt: skip
-    leftover = {h.index: hosts.shm_entries(h.index) for h in hosts.hosts}
-    return Job(results, [code for code, _ in waited], output,
-               {h: names for h, names in leftover.items() if names}, fr_trace)  # fmt: skip
-
-
-def _without_cpp_frames(traceback: str) -> str:
-    """A crash's Python traceback and message, less the C++ frames that would hide them."""
-    return "\n".join(line for line in traceback.splitlines()
-                     if not line.startswith(("frame #", "Exception raised from")))  # fmt: skip
-
-
-def check_ran_everywhere(job: Job, world: int) -> None:
-    assert sorted(job.results) == list(range(world)), job.report()
-    crashed = {r: _without_cpp_frames(res["crashed"]) for r, res in job.results.items()
-               if "crashed" in res}  # fmt: skip
-    assert not crashed, "\n".join(f"rank {r}: {text}" for r, text in crashed.items())
-    if support.IS_DUMMY:
-        assert {res["backend"] for res in job.results.values()} == {"two_level"}
-    assert not job.leftover_shm, job.leftover_shm
 
 
 @support.compares_with_gloo
@@ -214,13 +143,7 @@ def test_ddp_across_hosts_trains_exactly_as_gloo(hosts) -> None:
         assert result["moved"] == list(range(result["parameters"])), (rank, result)
     if support.IS_DUMMY:
         # A slow rank on host 1 (not its leader) is named by wait_summary on both hosts, alike.
-        waits = [job.results[r]["waits"] for r in range(4)]
-        assert all(w == waits[0] for w in waits), waits
-        slow = waits[0]["slow_rank"]
-        assert waits[0]["most_waited_for"] == slow, waits[0]["printed"]
-        assert waits[0]["times_last"][slow] >= waits[0]["rounds"] - 1, waits[0]["printed"]
-        least = 0.5 * waits[0]["others_must_wait_us"]
-        assert waits[0]["others_waited_us"][slow] >= least, waits[0]["printed"]
+        check_slow_rank_named(job)
 
 
 @support.requires_dummy
@@ -446,7 +369,7 @@ def test_recovery_example_across_hosts_as_its_docstring_launches_it(hosts) -> No
     survivors shrink to hosts of 2 and 1 ranks, finish with the replay's weights, and neither
     host's /dev/shm keeps anything."""
     example = support.REPO_ROOT / "examples" / "recover_after_a_dead_rank.py"
-    port = next(_ports)
+    port = next_port()
     procs = [
         hosts.popen(
             host.index,
