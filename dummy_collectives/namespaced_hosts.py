@@ -441,6 +441,25 @@ class NamespacedHosts:
                 raise
         return subprocess.CompletedProcess(list(argv), process.returncode, out, err)
 
+    # faults
+
+    def set_link(self, host: int, up: bool) -> None:
+        """Unplugs (``up=False``) or plugs back the cable of ``host`` at the switch: a partition
+        that leaves every process and socket as it is, as a failed switch port does."""
+        self._check_open()
+        self._ipn(self.switch_netns, "link", "set", f"p{host}", "up" if up else "down")
+
+    def drop_arriving(self, host: int, sender: int | None) -> None:
+        """Drops every packet that arrives at ``host`` from host ``sender`` (a one-way loss:
+        the other direction still flows); ``sender=None`` lifts every such drop at ``host``."""
+        self._check_open()
+        netns = self.hosts[host].netns
+        if sender is None:
+            _run_checked(["ip", "netns", "exec", netns, "iptables", "-F", "INPUT"])
+        else:
+            _run_checked(["ip", "netns", "exec", netns, "iptables", "-A", "INPUT",
+                          "-s", self.hosts[sender].ip, "-j", "DROP"])  # fmt: skip
+
     def shm_entries(self, host: int) -> list[str]:
         """The names in ``host``'s /dev/shm (read through the holder's root, no process needed)."""
         self._check_open()

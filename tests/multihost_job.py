@@ -19,6 +19,21 @@ Scenarios:
   chain_broadcast             broadcasts beyond the root's record from every root, odd sizes
                               and dtypes, each checked against exact values
   skip VICTIM                 rank VICTIM skips one collective; the others time out
+  train_through_faults        collectives in a loop, each checked, while the test breaks and
+                              mends the network (markers in OUT_DIR); then, once healed, the
+                              failed group again and a new group
+  make_groups N               makes N groups of every rank one after another, each checked
+                              with an allreduce, while strangers knock on every port
+  slow_rank                   the last rank sleeps before a few small allreduces; every rank's
+                              wait_summary must name it, and every result is exact
+
+DC_JOB_LATE=HOST:SECONDS makes the ranks on HOST that late to every dummy group's cross-host
+part (after the group's gloo levels, before its shared memory and leader links): the other
+hosts' listeners wait that long for them.
+
+DC_JOB_FAKETIME=HOST:OFFSET runs the ranks on HOST (a hostname) with their wall clock shifted by
+OFFSET (libfaketime's FAKETIME, e.g. +1s): the rank re-executes itself with the library loaded,
+so torchrun's agent, whose sleeps it would break, runs unshifted.
   cuda                        collectives on CUDA tensors of the one GPU every rank shares,
                               checked against exact values
 """
@@ -26,6 +41,7 @@ Scenarios:
 from __future__ import annotations
 
 import datetime
+import glob
 import importlib
 import json
 import os
@@ -132,6 +148,27 @@ def _slow_rank_waits() -> Result:
         # How long the others waited for it, at the least: each one the delay of every round.
         "others_must_wait_us": (dist.get_world_size() - 1) * SLOW_ROUNDS * SLOW_DELAY_S * 1e6,
     }
+
+
+def make_groups(out_dir: str, count: str) -> Result:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    wrong = []
+    for i in range(int(count)):
+        group = dist.new_group(backend=harness.backend_under_test())
+        t = torch.full((300_000,), float(rank + i))
+        dist.all_reduce(t, group=group)
+        if not bool((t == world * (world - 1) // 2 + world * i).all()):
+            wrong.append(i)
+        dist.destroy_process_group(group)
+    return {"wrong": wrong, "groups": int(count)}
+
+
+def slow_rank(out_dir: str) -> Result:
+    world = dist.get_world_size()
+    t = torch.full((1000,), float(dist.get_rank() + 1))
+    dist.all_reduce(t)
+    exact = bool((t == world * (world + 1) // 2).all())
+    return {"waits": _slow_rank_waits(), "exact": exact, "clock": time.time()}
 
 
 def kill(out_dir: str, victim: str) -> Result:
@@ -366,6 +403,75 @@ def cuda(out_dir: str) -> Result:
     return {"wrong": wrong, "device": torch.cuda.get_device_name(device)}
 
 
+def _marker(out_dir: str, name: str) -> Path:
+    return Path(out_dir) / name
+
+
+def _await_marker(path: Path, limit_s: float) -> bool:
+    deadline = time.monotonic() + limit_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def train_through_faults(out_dir: str) -> Result:
+    """Checked collectives in a loop (a small and a pipelined allreduce, a broadcast: both forms
+    of the agreement) while the test breaks the network. Each rank writes ``ready<rank>`` after
+    a few rounds; the test writes ``healed`` once the network is whole again, and ``stop``
+    when the ranks that still run should stop. A rank whose collective raised waits for
+    ``healed``, then calls the failed group again and makes and uses a new group."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    total = world * (world + 1) // 2
+    wrong: list[str] = []
+    steps: list[float] = []
+    error = None
+    last_success = time.monotonic()
+    failed_after_s = None
+    stop = _marker(out_dir, "stop")
+    ready = _marker(out_dir, f"ready{rank}")
+    iteration = 0
+    while not stop.exists():
+        try:
+            for n in (4, 300_000):
+                t = torch.full((n,), float(rank + 1))
+                dist.all_reduce(t)
+                if not bool((t == total).all()):
+                    wrong.append(f"allreduce of {n} at iteration {iteration}")
+            t = torch.full((1000,), float(rank) if rank == iteration % world else -1.0)
+            dist.broadcast(t, src=iteration % world)
+            if not bool((t == iteration % world).all()):
+                wrong.append(f"broadcast at iteration {iteration}")
+        except Exception as exc:  # what the test checks
+            failed_after_s = time.monotonic() - last_success
+            error = f"{type(exc).__name__}: {exc}"
+            break
+        now = time.monotonic()
+        steps.append(now - last_success)
+        last_success = now
+        iteration += 1
+        if iteration == 20:
+            ready.write_text("")
+    result: Result = {
+        "iterations": iteration,
+        "wrong": wrong,
+        "error": error,
+        "failed_after_s": failed_after_s,
+        "longest_step_s": max(steps, default=None),
+    }
+    if error is None:
+        return result
+    if not _await_marker(_marker(out_dir, "healed"), 120):
+        return result
+    result["failed_group_again"] = _attempt(lambda: dist.all_reduce(torch.ones(4)))
+    group = dist.new_group(backend=harness.backend_under_test())
+    t = torch.full((5,), float(rank + 1))
+    result["new_group_error"] = _attempt(lambda: dist.all_reduce(t, group=group))
+    result["new_group_exact"] = bool((t == total).all())
+    return result
+
+
 SCENARIOS: dict[str, Callable[..., Result]] = {
     "random_program": random_program,
     "ddp": ddp,
@@ -376,10 +482,53 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "one_way_mismatch": one_way_mismatch,
     "skip": skip,
     "cuda": cuda,
+    "train_through_faults": train_through_faults,
+    "slow_rank": slow_rank,
+    "make_groups": make_groups,
 }
+
+# Debian's libfaketime (the multithreaded build), wherever the architecture puts it.
+FAKETIME_LIBRARY = next(iter(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")), "")
+
+
+def _shift_clock_if_asked() -> None:
+    """DC_JOB_FAKETIME=HOST:OFFSET: on HOST, re-executes this rank with its wall clock shifted
+    by OFFSET (libfaketime; the steady clock is left alone, as NTP leaves it)."""
+    asked = os.environ.get("DC_JOB_FAKETIME", "")
+    if not asked or os.environ.get("FAKETIME"):
+        return
+    host, offset = asked.split(":", 1)
+    if socket.gethostname() != host:
+        return
+    preload = " ".join(p for p in (os.environ.get("LD_PRELOAD", ""), FAKETIME_LIBRARY) if p)
+    env = {**os.environ, "LD_PRELOAD": preload, "FAKETIME": offset,
+           "FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # fmt: skip
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+def _be_late_if_asked() -> None:
+    """DC_JOB_LATE=HOST:SECONDS (see the module's docstring)."""
+    asked = os.environ.get("DC_JOB_LATE", "")
+    if not asked or harness.backend_under_test() != "dummy":
+        return
+    host, seconds = asked.split(":", 1)
+    if socket.gethostname() != host:
+        return
+    from dummy_collectives import _hierarchy
+
+    made = _hierarchy.DummyBackend
+
+    class Late:
+        @staticmethod
+        def _across_hosts(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(float(seconds))
+            return made._across_hosts(*args, **kwargs)
+
+    _hierarchy.DummyBackend = Late  # type: ignore[assignment, misc]
 
 
 def main() -> None:
+    _shift_clock_if_asked()
     scenario, out_dir, *args = sys.argv[1:]
     # A failed group's flight recorder dumps land beside the results (test_multihost reads them).
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = str(Path(out_dir, "fr_rank_"))
@@ -388,6 +537,7 @@ def main() -> None:
     module = harness.backend_module_for(backend)
     if module:
         importlib.import_module(module)
+    _be_late_if_asked()
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
     rank = dist.get_rank()
     result: Result = {"rank": rank, "hostname": socket.gethostname(), **topology()}

@@ -288,9 +288,10 @@ def test_a_rank_dying_during_group_creation_is_named_promptly(victim: int) -> No
     assert not job.leftover_shm, report
 
 
+# A cross-host wait's deadline: who waited, whom it heard nothing from, for how long.
 TIMEOUT_MESSAGE = re.compile(
-    r"rank (\d+)(?: \(.*?pid \d+\))? ?:? ?timed out after (\d+) ms \(its timeout is (\d+) ms\) "
-    r"waiting for ranks ([\d, ]+) to arrive"
+    r"rank (?P<waiter>\d+) \(.*?pid \d+\) heard nothing from ranks? (?P<awaited>[\d, ]+) "
+    r"\(on .*?\) for (?P<after>\d+) ms \(its timeout is (?P<timeout>\d+) ms\)"
 )
 
 
@@ -321,8 +322,8 @@ def test_a_timeout_names_who_waited_and_never_quotes_less_than_the_timeout() -> 
         assert message is not None, report
         found = TIMEOUT_MESSAGE.search(message)
         assert found, f"rank {r}: no timeout message: {message}"
-        waiter, after, timeout = int(found[1]), int(found[2]), int(found[3])
-        waited_for = {int(x) for x in found[4].split(",")}
+        waiter, after, timeout = (int(found[k]) for k in ("waiter", "after", "timeout"))
+        waited_for = {int(x) for x in found["awaited"].split(",")}
         assert waiter not in waited_for, f"rank {r}: the waiter is among the awaited: {message}"
         assert 2 in waited_for, message
         assert after >= timeout, f"rank {r}: quotes {after} ms < its timeout: {message}"
