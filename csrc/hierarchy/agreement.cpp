@@ -41,14 +41,19 @@ size_t recordBytes(const HierarchySettings& settings) {
 // whether the group failed, neither reading a clock of another host:
 // - on the links, a peer that gives up hangs up (LinkHangUp) after publishing why: its
 //   connection then ends right after its last record, in the stream's own order;
-// - no peer can have begun its collective before this leader's last record it needed reached it
-//   (Levels::lastRecordSentNs), and none times out sooner than its timeout from there: a record
-//   read later than that may be one a peer gave up on (through gloo, the only sign).
+// - where the peers waited for this leader's record (an exchange; a broadcast's root waits for
+//   nobody), none can have begun its collective before this leader's last record it needed
+//   reached it (Levels::lastRecordSentNs), and none times out sooner than its timeout from
+//   there: a record read later than that may be one a peer gave up on (through gloo, the only
+//   sign).
 // A store that does not answer leaves the record trusted: it is not known to be stale.
 void failIfPeersMayHaveGivenUp(
-    const Levels& levels, const OpContext& ctx, const c10::intrusive_ptr<c10d::Work>& work) {
+    const Levels& levels,
+    const OpContext& ctx,
+    const c10::intrusive_ptr<c10d::Work>& work,
+    bool peersWaitedForUs) {
   const int64_t sinceNs = arrivalClockNs() - levels.lastRecordSentNs;
-  const bool pausedLong =
+  const bool pausedLong = peersWaitedForUs &&
       sinceNs >= std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.timeout).count();
   if (!pausedLong && levels.rail->endedAfterRecord(work).empty()) {
     return;
@@ -306,7 +311,7 @@ Bytes Agreement::finish() {
           ctx_.describe(),
           differentCalls(topology, {{other.writer, other.op}, {topology.rank(), ctx_.op}}));
     }
-    failIfPeersMayHaveGivenUp(levels_, ctx_, exchange_);
+    failIfPeersMayHaveGivenUp(levels_, ctx_, exchange_, /*peersWaitedForUs=*/true);
     levels_.lastRecordSentNs = exchangeIssuedNs_;
     levels_.lastExchangeDoneNs = doneNs;
     const std::vector<Record> hosts = readRecords(leaderRecords_, offsets);
@@ -492,7 +497,7 @@ OneWayAgreement agreeOneWay(
     levels.rail->wait(heardWork, ctx);
     Header rootRecord;
     std::memcpy(&rootRecord, heard.data_ptr(), sizeof(Header));
-    failIfPeersMayHaveGivenUp(levels, ctx, heardWork);
+    failIfPeersMayHaveGivenUp(levels, ctx, heardWork, /*peersWaitedForUs=*/false);
     // The root's host came last if its record left later after the last exchange than this
     // host was ready (each on its own steady clock); then this host waited for it.
     if (rootRecord.sinceSyncNs > readyNs - levels.lastExchangeDoneNs) {
