@@ -170,8 +170,7 @@ void InterHostEngine::timedOut(
     const OpContext& ctx, bool firstCall, const std::vector<int>& awaited) const {
   // A rank of another host that waits in shared memory for a rank that never came times out
   // about now too, and names it: prefer its reason to "heard nothing".
-  const GroupHealth::Heard heard =
-      health_.awaitPublished(Clock::now() + kReasonPatience);
+  const GroupHealth::Heard heard = health_.awaitPublished(Clock::now() + kReasonPatience);
   if (heard.what == GroupHealth::Heard::What::kReason) {
     health_.fail(ctx.describe(), heard.reason);
   }
@@ -181,7 +180,7 @@ void InterHostEngine::timedOut(
   const auto began = ctx.deadline - ctx.timeout;
   const auto waited =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count();
-  std::string why = firstCall
+  const std::string why = firstCall
       ? "in the collective's first step across hosts: those ranks never called it (or "
         "called collectives in a different order), or the network between the hosts failed"
       : "after every rank had called it: the network between the hosts failed, or that host "
