@@ -416,12 +416,18 @@ def _await_marker(path: Path, limit_s: float) -> bool:
     return True
 
 
+# What dummy adds to a failure's reason that the store could not be told of yet.
+UNTOLD = "the group's store did not answer"
+UNTOLD_LANDS_WITHIN_S = 30.0
+
+
 def train_through_faults(out_dir: str) -> Result:
     """Checked collectives in a loop (a small and a pipelined allreduce, a broadcast: both forms
     of the agreement) while the test breaks the network. Each rank writes ``ready<rank>`` after
     a few rounds; the test writes ``healed`` once the network is whole again, and ``stop``
     when the ranks that still run should stop. A rank whose collective raised waits for
-    ``healed``, then calls the failed group again and makes and uses a new group."""
+    ``healed``, then calls the failed group again, makes and uses a new group, and calls the
+    failed group until its reason is the one the store holds."""
     rank, world = dist.get_rank(), dist.get_world_size()
     total = world * (world + 1) // 2
     wrong: list[str] = []
@@ -469,6 +475,15 @@ def train_through_faults(out_dir: str) -> Result:
     t = torch.full((5,), float(rank + 1))
     result["new_group_error"] = _attempt(lambda: dist.all_reduce(t, group=group))
     result["new_group_exact"] = bool((t == total).all())
+    # A rank that could not tell the store its reason adopts the one that won once its request
+    # lands (the network is back, but its connection may still be in TCP's retransmit backoff).
+    deadline = time.monotonic() + UNTOLD_LANDS_WITHIN_S
+    while True:
+        again = _attempt(lambda: dist.all_reduce(torch.ones(4)))
+        if again is None or UNTOLD not in again or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    result["failed_group_later"] = again
     return result
 
 

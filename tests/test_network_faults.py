@@ -127,6 +127,17 @@ def check_names_the_unreachable(job: Job) -> None:
         for claim in ("has ended", "died", "whose process"):
             assert claim not in error, (rank, error)
         assert "the group failed earlier" in result["failed_group_again"], (rank, result)
+    # Once the network is back, the failed group gives every rank the same reason: the one that
+    # won in the store.
+    reasons = {rank: failed_earlier_reason(result["failed_group_later"])
+               for rank, result in job.results.items()}  # fmt: skip
+    assert len(set(reasons.values())) == 1, reasons
+
+
+def failed_earlier_reason(error: str) -> str:
+    marker = "the group failed earlier ("
+    assert marker in error, error
+    return error[error.index(marker) + len(marker):]
 
 
 def test_a_partition_longer_than_the_timeout_fails_both_hosts_in_time(hosts) -> None:

@@ -150,6 +150,12 @@ std::string GroupHealth::brokenReason() {
     return markFailed(host, /*sayIfUntold=*/false);
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (untold_ && untold_->state() != StoreRequests::State::kWaiting) {
+    if (untold_->state() == StoreRequests::State::kAnswered && !untold_->value().empty()) {
+      reason_.assign(untold_->value().begin(), untold_->value().end());
+    }
+    untold_.reset();
+  }
   return reason_;
 }
 
@@ -238,6 +244,7 @@ std::string GroupHealth::markFailed(const std::string& reason, bool sayIfUntold)
         }
         break;
       case StoreRequests::State::kWaiting:
+        untold_ = stored;
         if (sayIfUntold) {
           winner = c10::str(reason, " (the group's store did not answer, so the other hosts "
                             "may not hear of it)");

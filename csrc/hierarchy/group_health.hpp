@@ -166,6 +166,9 @@ class GroupHealth {
   std::string self_;
   mutable std::mutex mu_;
   std::string reason_; // guarded by mu_
+  // The failure's compare-and-set while the store had not answered it: once it does (the
+  // network returned), reason_ becomes the reason that won, the one every other rank reports.
+  std::optional<StoreRequests::Reply<std::vector<uint8_t>>> untold_; // guarded by mu_
   std::set<int> lost_; // guarded by mu_: ranks noteLost() was told of
   std::atomic<bool> broken_{false};
   std::atomic<uint64_t> begun_{0};
