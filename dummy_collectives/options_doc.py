@@ -45,6 +45,8 @@ def _code(text: str) -> str:
 
 def _default(row: Mapping[str, Any]) -> str:
     text = str(row["default"])
+    if not text:
+        return "none"
     if text.endswith(" (auto)"):  # "-1 (auto)": the value is code, the note is not
         return f"{_code(text.removesuffix(' (auto)'))} (auto)"
     return _code(text)

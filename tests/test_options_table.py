@@ -204,4 +204,5 @@ def test_settings_every_rank_of_a_group_agrees_on() -> None:
         "inter_host_inline_bytes (DUMMY_COLLECTIVES_INTER_HOST_INLINE_BYTES)": 16 << 10,
         "inter_host_chunk_bytes (DUMMY_COLLECTIVES_INTER_HOST_CHUNK_BYTES)": 1 << 20,
         "inter_host_min_chunk_bytes (DUMMY_COLLECTIVES_INTER_HOST_MIN_CHUNK_BYTES)": -1,
+        "algo (DUMMY_COLLECTIVES_ALGO)": "",
     }

@@ -4,9 +4,12 @@
 #include <cstdlib>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include <c10/util/Exception.h>
+
+#include "hierarchy/algorithm_selection.hpp"
 
 namespace dummy_collectives {
 namespace {
@@ -60,6 +63,7 @@ bool accepts(const OptionRule& rule, double value) {
       return value == -1 || value >= rule.low;
     case OptionRule::Kind::kAny:
     case OptionRule::Kind::kOneOf:
+    case OptionRule::Kind::kAlgorithmSelection:
       break;
   }
   return !std::isnan(value);
@@ -191,6 +195,8 @@ std::string ruleText(const OptionRule& rule) {
       }
       return text;
     }
+    case OptionRule::Kind::kAlgorithmSelection:
+      return "rules such as 'allreduce:0-64k:@records#broadcast:@engine'";
   }
   return "";
 }
@@ -203,6 +209,14 @@ void checkOptionNumber(
 }
 
 void checkOptionChoice(const OptionSpec& spec, const std::string& text, bool fromEnvironment) {
+  if (spec.rule.kind == OptionRule::Kind::kAlgorithmSelection) {
+    try {
+      hierarchy::parseAlgorithmSelection(text);
+    } catch (const std::invalid_argument& e) {
+      refuse(spec, c10::str("'", text, "' (", e.what(), ")"), fromEnvironment, nullptr);
+    }
+    return;
+  }
   if (spec.rule.kind != OptionRule::Kind::kOneOf) {
     return;
   }

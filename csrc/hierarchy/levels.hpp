@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "hierarchy/algorithm_table.hpp"
 #include "hierarchy/group_health.hpp"
 #include "hierarchy/in_host.hpp"
 #include "hierarchy/inter_host.hpp"
@@ -49,6 +50,8 @@ struct Levels {
   InterHostEngine& everyone;
   GroupHealth& health;
   HierarchySettings settings;
+  // Which algorithm runs each collective at each size (algorithm_table.hpp).
+  AlgorithmTable algorithms;
   // A broadcast's buffers (agreement.cpp, agreeOneWay), kept since fresh ones cost page faults
   // on every broadcast (a group runs one collective at a time): the record the root's host's
   // leader sends, where it lands on another host's leader, or that leader's verdict on its

@@ -163,18 +163,11 @@ int64_t lineElements(size_t elementSize) {
 
 // ---- allreduce ---------------------------------------------------------------------------------
 
-// Beyond two members gloo's own allreduce pipelines its ring and beats an all-to-all, a fold and
-// an all-gather from a few MiB, and loses below (docs/benchmarks.md, "The cross-host exchange");
-// two members swap at every size (CrossHostReduction::exchange). 3x1, the threshold at 2 MiB
-// and at 8 MiB alternated (3 passes, 2 runs): 2 MiB 0.89x / 0.91x gloo as gloo's own, 1.32x /
-// 1.23x as the all-to-all; 4 MiB 1.02x / 0.95x against 0.83x / 0.77x.
-constexpr size_t kEngineAllreduceMinBytes = size_t{4} << 20;
-// Two members swap whole chunks below this (one step where the ring takes two); from it gloo's
-// own allreduce wins: the swap receives a whole copy into fresh memory and folds all of it, the
-// ring folds half (docs/benchmarks.md, "One rank per host, large allreduces"). For float sums
-// and products between two members gloo computes what our kernels do to the bit (one
-// commutative operation), so the order caveat below does not arise.
-constexpr size_t kTwoMembersEngineAllreduceMinBytes = size_t{32} << 20;
+// Where a pipelined chunk is gloo's own allreduce: kEngineAllreduceMinBytes and
+// kTwoMembersEngineAllreduceMinBytes (algorithm_table.hpp), which also split a whole message's
+// allreduce between allreduce:pieces and allreduce:ring. For float sums and products between two
+// members gloo computes what our kernels do to the bit (one commutative operation), so the order
+// caveat below does not arise.
 
 // Two members on the links fold halves of chunks this large (foldPiecesOnLinks) and swap smaller
 // ones whole. Alternated (3 passes, 2 runs each): the leaders' 4 MiB chunks of 3+1 at 64 MiB
@@ -579,17 +572,6 @@ void allreduceThroughLeaders(
 constexpr int64_t kTwoHostsSegmentBytes = int64_t{4} << 20;
 constexpr int64_t kHostsSegmentBytes = int64_t{2} << 20;
 
-// Whether one rank per host allreduces in segments on the leaders' links: two hosts always
-// (both forms send the same bytes, N each way), more where the link is fast. On a slow link
-// three hosts run gloo's own allreduce from beyond small records (HierarchySettings::
-// engineAllreduceMinBytes): there both forms are bound by the link, gloo's own a little ahead
-// (3 hosts at 1 Gbit/s, 1-16 MiB, alternated in one process, 2 launches: 0.97-1.00x gloo as
-// gloo's own, 0.96-0.98x as segments).
-bool allreducesInSegments(const Levels& levels) {
-  const InterHostEngine& rail = *levels.rail;
-  return rail.hasLinks() && (rail.size() == 2 || !levels.settings.engineAllreduceMinBytes);
-}
-
 // One rank per host, on the leaders' links, segment by segment: each segment's pieces are
 // folded where they are kept and sent back (foldPiecesOnLinks). A ring's bytes, without gloo's
 // thread hand-offs, each host folding its piece of the message, the same bits on every rank for
@@ -615,21 +597,26 @@ void allreduceInSegmentsOnLinks(
   }
 }
 
-// One rank per host: the cross-host reduction of the whole message (on the links in segments,
-// above, where allreducesInSegments; else in one operation: the engine's own allreduce where it
-// computes what our kernels do, else an exchange and a fold), PREMUL_SUM's factor applied first
-// as the in-host stage would.
+// One rank per host: the cross-host reduction of the whole message, PREMUL_SUM's factor applied
+// first as the in-host stage would: allreduce:segments on the links (above), or in one
+// operation, allreduce:ring (the engine's own allreduce, where it computes what our kernels do;
+// else as pieces) or allreduce:pieces (an exchange of pieces, a fold and an all-gather; two
+// hosts swap).
 void allreduceOneRankPerHost(
-    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& flat,
+    const ReduceSpec& spec,
+    Algorithm algorithm) {
   if (spec.premul) {
     flat.mul_(spec.factor);
   }
-  if (allreducesInSegments(levels)) {
+  if (algorithm == Algorithm::kAllreduceSegments) {
     allreduceInSegmentsOnLinks(levels, ctx, flat, spec);
     return;
   }
   CrossHostReduction across(*levels.rail, ctx, spec, 1, /*wholeMessage=*/true, /*blocking=*/false,
-                            levels.settings.engineAllreduceMinBytes);
+                            algorithm == Algorithm::kAllreduceRing ? 0 : SIZE_MAX);
   const size_t bytes = static_cast<size_t>(flat.numel()) * flat.element_size();
   // "gloo's own": the benchmark holds such a call to gloo's speed less the check's cost.
   debug_log::note("one rank per host, whole message",
@@ -652,30 +639,28 @@ void allreduceOneRankPerHost(
   }
 }
 
-// `agreement`, if given, is still to be finished.
+// `algorithm`: one beyond the records. `agreement`, if given, is still to be finished.
 void allreduceData(
     const Levels& levels,
     const OpContext& ctx,
     at::Tensor& data,
     const ReduceSpec& spec,
+    Algorithm algorithm,
     Agreement* agreement) {
   at::Tensor flat = data.view(-1);
-  if (levels.oneRankPerHost()) {
-    if (agreement != nullptr) {
-      agreement->finish();
-    }
-    allreduceOneRankPerHost(levels, ctx, flat, spec);
-    return;
-  }
-  if (levels.topology.uniform()) {
+  if (algorithm == Algorithm::kAllreduceRails) {
     allreduceOnRails(levels, ctx, flat, spec, agreement);
     return;
   }
-  // Through the leaders the first stage reduces into the leader's own tensor: agree first.
+  // Every other form's first stage writes the rank's own tensor: agree first.
   if (agreement != nullptr) {
     agreement->finish();
   }
-  allreduceThroughLeaders(levels, ctx, flat, spec);
+  if (algorithm == Algorithm::kAllreduceLeaders) {
+    allreduceThroughLeaders(levels, ctx, flat, spec);
+    return;
+  }
+  allreduceOneRankPerHost(levels, ctx, flat, spec, algorithm);
 }
 
 } // namespace
@@ -685,7 +670,9 @@ void allreduceData(
     const OpContext& ctx,
     at::Tensor& data,
     const ReduceSpec& spec) {
-  allreduceData(levels, ctx, data, spec, nullptr);
+  const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
+  allreduceData(levels, ctx, data, spec,
+                levels.algorithms.chooseBeyondRecords(Collective::kAllreduce, bytes), nullptr);
 }
 
 void allreduce(
@@ -694,12 +681,13 @@ void allreduce(
     at::Tensor& data,
     const ReduceSpec& spec) {
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();
-  if (bytes > levels.settings.allreduceInlineBytes) {
+  const Algorithm algorithm = levels.algorithms.choose(Collective::kAllreduce, bytes);
+  if (algorithm != Algorithm::kAllreduceRecords) {
     Agreement agreement(levels, ctx);
     if (!agreement.hostAgrees()) {
       agreement.finish(); // raises: this host's ranks called different collectives
     }
-    allreduceData(levels, ctx, data, spec, &agreement);
+    allreduceData(levels, ctx, data, spec, algorithm, &agreement);
     return;
   }
   // Small: the data rides with the agreement. Each host folds its ranks' payloads, then every
@@ -738,14 +726,10 @@ void reduce(
 // A pipelined broadcast's chunks are this many times inter_host_chunk_bytes.
 constexpr size_t kBroadcastChunkFactor = 4;
 
-// Hosts of one rank, three or more, on the leaders' links: a broadcast runs along a chain of
-// the hosts from the root's, every host passing the message on as it arrives, so the root sends
-// it once where a broadcast from the root sends it to every other host (gloo's too): on a link
-// that limits, about one message time instead of (H - 1). One operation on the links a host:
-// bytes go on as they land, with no chunk to wait for (in 1 MiB chunks, each a step every host
-// waited for: 3x1 unshaped 16 MiB 0.95-1.20x gloo, 64 MiB 0.78-1.49x).
-constexpr int kChainMinHosts = 3;
-
+// broadcast:chain: hosts of one rank on the leaders' links pass the message along a chain of the
+// hosts from the root's, every host passing it on as it arrives: the root sends it once, where a
+// broadcast from the root sends it to every other host (gloo's too). One operation on the links a
+// host: bytes go on as they land, with no chunk to wait for.
 void broadcastAlongChain(
     const InterHostEngine& rail, const OpContext& ctx, at::Tensor& flat, int rootHost) {
   debug_log::note("one rank per host, along a chain of the hosts");
@@ -767,7 +751,8 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
   // one follows the check: the root's side issues it at once, every other rank only once its
   // host checked the record (before that, a root that called something larger could overrun
   // their receive: gloo aborts the process then).
-  const bool inRecord = bytes <= levels.settings.oneWayBytes;
+  const Algorithm algorithm = levels.algorithms.choose(Collective::kBroadcast, bytes);
+  const bool inRecord = algorithm == Algorithm::kBroadcastRecord;
   // Where it fits the in-host records too, every rank has it once the agreement is done.
   const bool inHostRecords =
       inRecord && (levels.oneRankPerHost() || bytes <= levels.settings.inlineBytes);
@@ -822,7 +807,7 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
     if (agreed.announced) {
       rail.wait(agreed.announced, ctx);
     }
-    if (rail.hasLinks() && rail.size() >= kChainMinHosts) {
+    if (algorithm == Algorithm::kBroadcastChain) {
       broadcastAlongChain(rail, ctx, flat, rootHost);
       return;
     }
@@ -1020,11 +1005,13 @@ void allgatherData(
   const Topology& topology = levels.topology;
   at::Tensor in = input.reshape(-1);
   at::Tensor out = output.view(-1);
-  if (!topology.uniform()) {
+  const Algorithm algorithm = levels.algorithms.chooseBeyondRecords(
+      Collective::kAllgather, static_cast<size_t>(out.numel()) * out.element_size());
+  if (algorithm == Algorithm::kAllgatherLeaders) {
     allgatherThroughLeaders(levels, ctx, in, out);
     return;
   }
-  if (levels.oneRankPerHost()) {
+  if (algorithm == Algorithm::kAllgatherSwap) {
     // Rank order is host order: one all-to-all of the input to every member writes the output
     // in place (one step, where gloo's all-gather ring takes one per other host; two hosts
     // swap: InterHostEngine::allgather).
@@ -1105,8 +1092,8 @@ void allgather(
     at::Tensor& output) {
   const Topology& topology = levels.topology;
   const size_t bytes = static_cast<size_t>(input.numel()) * input.element_size();
-  // Small: the whole output (every rank's input) rides back to the host in one record.
-  if (bytes * topology.size() > levels.settings.inlineBytes) {
+  if (levels.algorithms.choose(Collective::kAllgather, bytes * topology.size()) !=
+      Algorithm::kAllgatherRecords) {
     agree(levels, ctx);
     allgatherData(levels, ctx, input, output);
     return;

@@ -124,24 +124,6 @@ std::map<at::ScalarType, std::vector<size_t>> byDtype(const std::vector<at::Tens
   return groups;
 }
 
-// What rides with the agreement between 2-3 hosts of one rank each (measured on two hosts:
-// 64 KiB and 256 KiB allreduces 2.2x and 1.7x gloo's, 1 MiB lost to the engine's own; on
-// three, 256 KiB against 16 KiB: allreduce of 64 KiB 0.93-1.02x -> 2.1-2.3x gloo, of 256 KiB
-// 0.80-0.89x -> 1.3x, all-gather 0.70-0.85x -> 1.2-1.5x; 1 MiB records gained nothing more).
-constexpr size_t kFewHostsInlineBytes = size_t{256} << 10;
-// Beyond this many hosts of one rank every leader would send the whole message to many others.
-constexpr int kFewHosts = 3;
-// What rides in a broadcast's one-way record on 2-3 hosts (agreement.hpp, agreeOneWay): beyond
-// it the data follows in a second broadcast, a hand-off more (512 KiB broadcast on 2 hosts of
-// one rank: 0.75x gloo with 256 KiB records, 0.95x with 1 MiB); each side copies the data
-// once, so records stay small next to the transfer.
-constexpr size_t kOneWayBytes = size_t{1} << 20;
-// Records of three or more hosts of one rank on a slow link, whose data goes to every other
-// host: an allreduce's of 64 KiB still ran at 2.3x gloo at 1 Gbit/s, where its extra bytes
-// cost less than the ring's steps. A broadcast's beyond it goes along the chain of the hosts,
-// the root sending the message once (3x1 at 1 Gbit/s, 1 MiB in the record: 1.00-1.04x gloo,
-// the root sending it to both).
-constexpr size_t kSlowLinkRecordBytes = size_t{64} << 10;
 
 } // namespace
 
@@ -231,12 +213,6 @@ TwoLevelLowering::TwoLevelLowering(
   everyone_ = std::make_unique<InterHostEngine>(std::move(everyone), all, topology_, *health_);
   HierarchySettings settings;
   settings.inlineBytes = options_->interHostInlineBytes;
-  if (topology_.oneRankPerHost() && topology_.hostCount() <= kFewHosts) {
-    // Few hosts of one rank: no in-host step pays for a record's size, and one exchange of the
-    // whole message beats the engine's ring of several steps (docs/benchmarks.md, "One rank
-    // per host").
-    settings.inlineBytes = std::max(settings.inlineBytes, kFewHostsInlineBytes);
-  }
   settings.chunkBytes = options_->interHostChunkBytes;
   // The link is measured where a plan depends on its rate: hosts of several ranks cut their
   // pipelines by it (unless inter_host_min_chunk_bytes says how), and three or more hosts of
@@ -256,26 +232,12 @@ TwoLevelLowering::TwoLevelLowering(
   if (options_->interHostMinChunkBytes >= 0) {
     settings.minChunkBytes = static_cast<size_t>(options_->interHostMinChunkBytes);
   }
-  if (recordsOrRing && settings.linkGbitPerSecond * 1e9 < kSlowLinkBitsPerSecond) {
-    // A slow link: gloo's ring from beyond small records. Three hosts of one rank at 1 Gbit/s:
-    // 256 KiB in records 0.73-0.78x gloo, 1 MiB as an all-to-all, a fold and an all-gather
-    // 0.92-0.95x, gloo's own allreduce of 2 MiB 0.99x (docs/benchmarks.md, "Three or more
-    // hosts of one rank on a slow link").
-    settings.allreduceInlineBytes = kSlowLinkRecordBytes;
-    settings.engineAllreduceMinBytes = 0;
-  }
-  settings.allreduceInlineBytes = std::min(settings.allreduceInlineBytes, settings.inlineBytes);
-  // A broadcast's record goes one way (no copy for every peer, as an exchange sends), so it
-  // carries more than an exchange; but past 3 hosts gloo's broadcast tree forwards every
-  // receiver's whole record, so they stay at the exchange's size.
-  settings.oneWayBytes = topology_.hostCount() <= kFewHosts
-      ? std::max(settings.inlineBytes, kOneWayBytes)
-      : settings.inlineBytes;
-  if (recordsOrRing && settings.linkGbitPerSecond * 1e9 < kSlowLinkBitsPerSecond) {
-    settings.oneWayBytes = std::min(settings.oneWayBytes, kSlowLinkRecordBytes);
-  }
-  levels_ = std::unique_ptr<Levels>(
-      new Levels{topology_, *host_, rail_.get(), *everyone_, *health_, settings});
+  const GroupLayout layout{topology_.hostCount(), topology_.oneRankPerHost(),
+                           topology_.uniform(), linksBetweenHosts()};
+  sizeRecords(settings, layout);
+  levels_ = std::unique_ptr<Levels>(new Levels{topology_, *host_, rail_.get(), *everyone_,
+                                               *health_, settings,
+                                               AlgorithmTable(layout, settings, options_->algo)});
   levels_->lastRecordSentNs = creationBeganNs;
   levels_->lastExchangeDoneNs = arrivalClockNs();
   fault_ = fault_injection::fromEnv(); // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
@@ -360,6 +322,18 @@ void TwoLevelLowering::logCreation(int me) const {
                : c10::str("at least ", kSlowLinkBitsPerSecond / 1e9,
                           " Gbit/s, allreduce records as large as the others"));
   }
+  for (const std::string& line : levels_->algorithms.describe()) {
+    DC_LOG(kInfo, me, "cross-host algorithms: ", line);
+  }
+  if (me == 0) {
+    for (const std::string& rule : levels_->algorithms.skipped()) {
+      DC_LOG(kWarn, me, "DUMMY_COLLECTIVES_ALGO: this group (", topology_.hostCount(), " hosts, ",
+             topology_.oneRankPerHost() ? "one rank each"
+                 : topology_.uniform()  ? c10::str(topology_.localSize(), " ranks each")
+                                        : "of different sizes",
+             ") skips ", rule);
+    }
+  }
   DC_LOG(kInfo, me, "cross-host records: ",
          linksBetweenHosts()
              ? "the hosts' leaders' own TCP connections, read by the waiting thread (inter_host_links)"
@@ -389,6 +363,10 @@ std::vector<std::vector<int>> TwoLevelLowering::hosts() const {
     hosts.push_back(topology_.ranksOn(h));
   }
   return hosts;
+}
+
+std::vector<std::string> TwoLevelLowering::algorithms() const {
+  return levels_->algorithms.describe();
 }
 
 std::string TwoLevelLowering::peerAccess() const {

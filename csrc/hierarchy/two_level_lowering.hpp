@@ -47,6 +47,7 @@ class TwoLevelLowering final : public Lowering {
   }
   std::vector<std::vector<int>> hosts() const override;
   std::string peerAccess() const override;
+  std::vector<std::string> algorithms() const override;
   std::optional<bool> sharesCores() const override;
   std::string brokenReason() const override;
   void abort(const std::string& reason) override;

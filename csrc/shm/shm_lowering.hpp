@@ -49,6 +49,9 @@ class ShmLowering final : public Lowering {
   }
   std::vector<std::vector<int>> hosts() const override;
   std::string peerAccess() const override;
+  std::vector<std::string> algorithms() const override {
+    return {};
+  }
   std::optional<bool> sharesCores() const override;
 
   std::string brokenReason() const override;

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 from pathlib import Path
 
+from dummy_collectives import Options
 from dummy_collectives.bench.host_layouts import HostLayout, parse_layouts, uniform
 from dummy_collectives.bench.host_targets import link_bound_s
 from dummy_collectives.bench.layout import COLLECTIVES, check_collectives
@@ -139,6 +141,11 @@ def parser() -> argparse.ArgumentParser:
         "--link-rate", help="shape every host's link to this tc rate (tbf), e.g. 1gbit"
     )
     hosts.add_argument(
+        "--algo",
+        help="force cross-host algorithms, as DUMMY_COLLECTIVES_ALGO (which it sets for the "
+        "ranks): e.g. allreduce:@ring or allreduce:0-64k:@records#broadcast:@engine",
+    )
+    hosts.add_argument(
         "--shared-cpus",
         action="store_true",
         help="let every host's ranks run on every CPU (default: each host gets an equal, "
@@ -233,12 +240,14 @@ def build_hosts_plan(args: argparse.Namespace, plan: Plan) -> HostsPlan | None:
     (ValueError on bad arguments). The plan's world sizes become the layouts', its peers
     none."""
     if args.hosts is None and args.layouts is None:
-        if args.ranks_per_host or args.link_rate or args.shared_cpus or args.launch:
+        if args.ranks_per_host or args.link_rate or args.shared_cpus or args.launch or args.algo:
             raise ValueError(
-                "--ranks-per-host, --launch, --link-rate and --shared-cpus need --layouts or "
-                "--hosts"
+                "--ranks-per-host, --launch, --link-rate, --shared-cpus and --algo need "
+                "--layouts or --hosts"
             )
         return None
+    if args.algo is not None:
+        Options(algo=args.algo)  # ValueError naming the rule that is wrong
     if plan.device != "cpu":
         raise ValueError("the multi-host mode measures CPU tensors (--device cpu)")
     if DUMMY not in plan.backends or not set(plan.backends) <= {DUMMY, GLOO}:
@@ -285,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_recorder_cost(plan.world_sizes[0], max(args.passes, 3), plan.timing)
     if hosts_plan is not None:
         from dummy_collectives.bench.hosts import run as run_across_hosts
+
+        if args.algo is not None:
+            os.environ["DUMMY_COLLECTIVES_ALGO"] = args.algo  # the ranks' knobs come from here
 
         return run_across_hosts(hosts_plan, args.out, plot_png=not args.no_plot)
     from dummy_collectives.bench.orchestrate import run

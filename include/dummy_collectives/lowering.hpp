@@ -108,6 +108,9 @@ class Lowering {
   // Whether large allreduces and gathers reach the peers' memory directly: "on", "off", or
   // "undecided" until the first collective in the peer-access window (of this host's ranks).
   virtual std::string peerAccess() const = 0;
+  // The cross-host algorithm table a group spanning hosts runs, a line per collective
+  // ("allreduce: 0-256K @records (...); >256K-inf @segments (...)"); empty on one host.
+  virtual std::vector<std::string> algorithms() const = 0;
   // Whether the host's ranks outnumber the CPUs they may run on (waits then hand cores over
   // rather than poll); empty until the first collective.
   virtual std::optional<bool> sharesCores() const = 0;

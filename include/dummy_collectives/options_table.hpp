@@ -18,6 +18,7 @@ struct OptionRule {
     kBetween,       // low <= value <= high
     kAutoOrAtLeast, // -1 (the backend chooses) or value >= low
     kOneOf,         // text, one of choices
+    kAlgorithmSelection, // text, cross-host algorithms chosen in UCC's syntax (may be empty)
   };
   Kind kind = Kind::kAny;
   // Doubles hold every bound the table uses exactly (integers below 2^53).
@@ -44,6 +45,9 @@ constexpr OptionRule oneOf(
   return OptionRule{OptionRule::Kind::kOneOf, 0, 0, {a, b, c, d}};
 }
 
+constexpr OptionRule algorithmSelection() {
+  return OptionRule{OptionRule::Kind::kAlgorithmSelection, 0, 0, {}};
+}
 // Which ranks must hold the same value (options_table.def's `agreement`).
 enum OptionAgreement { kPerRank, kPerHost, kPerGroup };
 

@@ -182,6 +182,14 @@ void bindBackends(py::module_& m) {
           },
           "The group ranks on each host, hosts ordered by their smallest rank.")
       .def_property_readonly(
+          "algorithms",
+          [](const DummyBackend& b) {
+            return b.lowering() ? b.lowering()->algorithms() : std::vector<std::string>{};
+          },
+          "A group spanning hosts: which cross-host algorithm runs each collective at each size, "
+          "a line per collective (the defaults for its layout, with DUMMY_COLLECTIVES_ALGO's "
+          "rules over them); empty on one host.")
+      .def_property_readonly(
           "peer_access",
           [](const DummyBackend& b) {
             return b.lowering() ? b.lowering()->peerAccess() : std::string("off");

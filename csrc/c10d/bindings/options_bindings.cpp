@@ -153,6 +153,8 @@ const char* ruleKindName(OptionRule::Kind kind) {
       return "auto_or_at_least";
     case OptionRule::Kind::kOneOf:
       return "one_of";
+    case OptionRule::Kind::kAlgorithmSelection:
+      return "algorithm_selection";
     case OptionRule::Kind::kAny:
       break;
   }
