@@ -24,7 +24,7 @@ struct GroupLayout {
 // (docs/benchmarks.md, "The cross-host exchange"). Two members swap at every size up to 32 MiB:
 // one round trip, where the ring takes two; from it the ring's folding half of the message wins
 // (docs/benchmarks.md, "One rank per host, large allreduces"). Also each pipelined chunk's
-// choice (two_level.cpp, CrossHostReduction).
+// choice (cross_host_reduction.hpp, CrossHostReduction).
 constexpr size_t kEngineAllreduceMinBytes = size_t{4} << 20;
 constexpr size_t kTwoMembersEngineAllreduceMinBytes = size_t{32} << 20;
 // Hosts of one rank pass a broadcast along a chain of the hosts from this many hosts: the root

@@ -29,12 +29,12 @@ struct HierarchySettings {
   size_t allreduceInlineBytes = SIZE_MAX;
   // Where set (those slow-link hosts): from this many bytes a whole message's allreduce is the
   // engine's own (gloo's ring) where it computes what dummy's kernels do; else the member count
-  // decides (two_level.cpp, CrossHostReduction).
+  // decides (cross_host_reduction.hpp, CrossHostReduction).
   std::optional<size_t> engineAllreduceMinBytes;
   // Broadcasts of up to this many bytes ride in the root's host's one-way record
   // (agreement.hpp, agreeOneWay); every other leader receives into a record this large. Beyond
   // inlineBytes, hosts of several ranks share the data in shared memory, not in the in-host
-  // steps' records (two_level.cpp, broadcast).
+  // steps. records (broadcast.cpp).
   size_t oneWayBytes = 0;
 };
 
@@ -71,7 +71,7 @@ struct Levels {
   }
   // Every host runs one rank: no in-host stage to overlap, so a pipeline would only cut the
   // engine's work into more, smaller operations. Collectives then cross hosts in one operation
-  // on the whole message (two_level.cpp, "One rank per host").
+  // on the whole message (allreduce_one_rank_per_host.cpp, broadcast.cpp, allgather.cpp).
   bool oneRankPerHost() const {
     return topology.oneRankPerHost();
   }

@@ -1,4 +1,4 @@
-// The lowering of a group that spans hosts: which two-level algorithm (two_level.cpp) each
+// The lowering of a group that spans hosts: which two-level collective (two_level.hpp) each
 // collective is, what a collective of the group does around it (the agreement's arrival, the
 // store watcher, the fault injection of tests), and point-to-point across hosts.
 #include "hierarchy/two_level_lowering.hpp"

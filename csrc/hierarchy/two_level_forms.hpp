@@ -1,0 +1,44 @@
+#pragma once
+
+// The cross-host algorithms (algorithm_table.hpp names them), a file each; the collectives in
+// allreduce.cpp, broadcast.cpp and allgather.cpp run the one the group's table chooses.
+
+#include <ATen/core/Tensor.h>
+
+#include "hierarchy/agreement.hpp"
+#include "hierarchy/algorithm_table.hpp"
+#include "hierarchy/two_level_parts.hpp"
+
+namespace dummy_collectives::hierarchy::two_level {
+
+// allreduce:rails (allreduce_rails.cpp). `agreement`, if given, is finished just before the
+// first cross-host step.
+void allreduceOnRails(
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& flat,
+    const ReduceSpec& spec,
+    Agreement* agreement);
+// allreduce:leaders (allreduce_leaders.cpp).
+void allreduceThroughLeaders(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec);
+// allreduce:segments, :pieces and :ring (allreduce_one_rank_per_host.cpp).
+void allreduceOneRankPerHost(
+    const Levels& levels,
+    const OpContext& ctx,
+    at::Tensor& flat,
+    const ReduceSpec& spec,
+    Algorithm algorithm);
+
+// broadcast:pipeline (broadcast_pipeline.cpp), once the root's record was checked; `flat`: the
+// data's bytes.
+void broadcastPipelined(const Levels& levels, const OpContext& ctx, at::Tensor& flat, int root);
+
+// allgather:rails (allgather_rails.cpp) and allgather:leaders (allgather_leaders.cpp); `in` and
+// `out` flat.
+void allgatherOnRails(
+    const Levels& levels, const OpContext& ctx, const at::Tensor& in, at::Tensor& out);
+void allgatherThroughLeaders(
+    const Levels& levels, const OpContext& ctx, const at::Tensor& in, at::Tensor& out);
+
+} // namespace dummy_collectives::hierarchy::two_level
