@@ -1,5 +1,6 @@
 """Every named cross-host algorithm, forced with ``DUMMY_COLLECTIVES_ALGO`` (``Options.algo``) on
-every layout it applies to, exact against a reference computed on each rank; the table a group
+every layout it applies to, with each engine between hosts (the leaders' links, gloo alone),
+exact against a reference computed on each rank; the table a group
 reports; rules that do not apply are skipped; bad selections are refused.
 
 Groups span simulated hosts (``DUMMY_COLLECTIVES_HOST_ID``, as in test_across_hosts.py), so the
@@ -26,6 +27,12 @@ pytestmark = [support.requires_dummy, support.requires_backend_module]
 LAYOUTS = {"2x1": [0, 1], "3x1": [0, 1, 2], "2x2": [0, 0, 1, 1], "3+1": [0, 0, 0, 1],
            "1+3": [0, 1, 1, 1]}  # fmt: skip
 
+# The engines between hosts: the leaders' own links (inter_host_links, the default), or gloo for
+# everything (inter_host_links=0).
+ENGINES = {"links": True, "gloo": False}
+# Algorithms that need the leaders' links.
+NEED_LINKS = {"allreduce:segments", "broadcast:chain"}
+
 # Where each algorithm applies (csrc/hierarchy/algorithm_table.cpp, whyNot).
 ONE_RANK_PER_HOST = {"2x1", "3x1"}
 UNIFORM_SEVERAL = {"2x2"}
@@ -46,8 +53,9 @@ APPLIES = {
     "allgather:rails": UNIFORM_SEVERAL,
     "allgather:leaders": SEVERAL,
 }
-CASES = [(name, layout) for name, layouts in APPLIES.items() for layout in LAYOUTS
-         if layout in layouts]  # fmt: skip
+CASES = [(name, layout, engine) for name, layouts in APPLIES.items() for layout in LAYOUTS
+         for engine in ENGINES
+         if layout in layouts and (engine == "links" or name not in NEED_LINKS)]  # fmt: skip
 
 # Bytes a record carries by default (inter_host_inline_bytes); the cases stay within it for the
 # record algorithms, and go well past it (pipelined chunks, segments, short last pieces) for the
@@ -57,13 +65,16 @@ DATA_SIZES = [4, 4 * 300_001, (5 << 20) + 12]
 
 
 @contextlib.contextmanager
-def spanning_group(hosts_of: Sequence[int], algo: str) -> Iterator[dist.ProcessGroup]:
+def spanning_group(
+    hosts_of: Sequence[int], algo: str, links: bool = True
+) -> Iterator[dist.ProcessGroup]:
     """A dummy group of every rank of the pool, rank r on simulated host ``hosts_of[r]``,
-    running the algorithms ``algo`` selects."""
+    running the algorithms ``algo`` selects, on the leaders' links or through gloo alone."""
     before = os.environ.get("DUMMY_COLLECTIVES_HOST_ID")
     os.environ["DUMMY_COLLECTIVES_HOST_ID"] = f"span{hosts_of[harness.rank()]}"
+    options = dummy_collectives.Options(algo=algo, inter_host_links=links)
     try:
-        group = dist.new_group(backend="dummy", pg_options=dummy_collectives.Options(algo=algo))
+        group = dist.new_group(backend="dummy", pg_options=options)
     finally:
         if before is None:
             del os.environ["DUMMY_COLLECTIVES_HOST_ID"]
@@ -136,25 +147,25 @@ CHECKS = {"allreduce": check_allreduce, "broadcast": check_broadcast,
           "allgather": check_allgather}  # fmt: skip
 
 
-def forced(hosts_of: list[int], name: str, sizes: list[int]) -> dict[str, Any]:
+def forced(hosts_of: list[int], name: str, sizes: list[int], links: bool) -> dict[str, Any]:
     """Runs ``name`` forced at every size, returns the group's table and what was wrong."""
     collective, algorithm = name.split(":")
     world = len(hosts_of)
-    with spanning_group(hosts_of, f"{collective}:@{algorithm}") as group:
+    with spanning_group(hosts_of, f"{collective}:@{algorithm}", links) as group:
         failures: list[str] = []
         for nbytes in sizes:
             failures += CHECKS[collective](group, world, nbytes)
         return {"table": table_of(group), "failures": failures}
 
 
-@pytest.mark.parametrize(("name", "layout"), CASES, ids=[f"{n}-{lay}" for n, lay in CASES])
+@pytest.mark.parametrize(("name", "layout", "engine"), CASES, ids=["-".join(c) for c in CASES])
 def test_every_algorithm_on_every_layout_it_applies_to_is_exact(
-    pool: support.PoolFactory, name: str, layout: str
+    pool: support.PoolFactory, name: str, layout: str, engine: str
 ) -> None:
     hosts_of = LAYOUTS[layout]
     collective, algorithm = name.split(":")
     sizes = RECORD_SIZES if algorithm.startswith("record") else DATA_SIZES
-    results = pool(len(hosts_of)).run_ok(forced, hosts_of, name, sizes)
+    results = pool(len(hosts_of)).run_ok(forced, hosts_of, name, sizes, ENGINES[engine])
     failures = [f"rank {r}: {f}" for r, result in enumerate(results) for f in result["failures"]]
     assert not failures, "\n".join(failures)
     for rank, result in enumerate(results):
@@ -165,9 +176,22 @@ def test_every_algorithm_on_every_layout_it_applies_to_is_exact(
             assert line.count("@") == 1, (rank, line)
 
 
-def default_tables(hosts_of: list[int], algo: str) -> list[str]:
-    with spanning_group(hosts_of, algo) as group:
+def default_tables(hosts_of: list[int], algo: str, links: bool = True) -> list[str]:
+    with spanning_group(hosts_of, algo, links) as group:
         return table_of(group)
+
+
+def test_without_links_the_algorithms_that_need_them_are_skipped(
+    pool: support.PoolFactory,
+) -> None:
+    tables = pool(3).run_ok(default_tables, LAYOUTS["3x1"], "allreduce:@segments#broadcast:@chain",
+                            False)  # fmt: skip
+    for line in tables[0]:
+        assert "@segments" not in line and "@chain" not in line, line
+    # The defaults without links: pieces below gloo's ring, the engine's broadcast.
+    allreduce = next(line for line in tables[0] if line.startswith("allreduce:"))
+    assert "@pieces" in allreduce and "@ring" in allreduce, allreduce
+    assert "@engine" in next(line for line in tables[0] if line.startswith("broadcast:"))
 
 
 def test_a_rule_that_does_not_apply_is_skipped_and_the_defaults_stay(
