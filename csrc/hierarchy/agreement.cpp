@@ -304,7 +304,7 @@ Bytes Agreement::finish() {
     }
     const int otherForm = InterHostEngine::otherFormFrom(exchange_);
     if (otherForm >= 0) {
-      // A broadcast's one-way record met this exchange (leader_links.hpp): its host is done or
+      // A broadcast's one-way record met this exchange (peer_links.hpp): its host is done or
       // waits for nobody, so only failing the group tells everyone.
       const Header other = readRecords(leaderRecords_, {offsets[otherForm]})[0].header;
       levels_.health.fail(
@@ -390,7 +390,7 @@ struct Judgement {
   std::string mismatch;
   bool groupFails = false;
 };
-// `otherForm`: what arrived is an exchange's record (leader_links.hpp), not a one-way one.
+// `otherForm`: what arrived is an exchange's record (peer_links.hpp), not a one-way one.
 Judgement judge(const Levels& levels, const OpContext& ctx, const HostVerdict& host,
                 const Header& root, size_t capacity, bool otherForm) {
   const Topology& topology = levels.topology;

@@ -55,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgather(
   const int64_t n = in.numel();
   if (onLinks(alone)) {
     // `in` itself to every other member (nothing copied to send), into its part of theirs.
-    auto work = toEveryOtherOnLinks(LeaderLinks::Kind::kData, in,
+    auto work = toEveryOtherOnLinks(PeerLinks::Kind::kData, in,
                                     [&](int m) { return out.narrow(0, m * n, n); });
     copyUnlessSame(out.narrow(0, rank() * n, n), in);
     return work;
@@ -86,7 +86,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::allgatherBlocks(
   auto blockOf = [&](int m) { return out.narrow(0, offsets[m], offsets[m + 1] - offsets[m]); };
   at::Tensor mine = blockOf(rank());
   if (onLinks(alone)) {
-    return toEveryOtherOnLinks(LeaderLinks::Kind::kData, mine, blockOf);
+    return toEveryOtherOnLinks(PeerLinks::Kind::kData, mine, blockOf);
   }
   std::vector<int64_t> outSplits(size());
   for (int m = 0; m < size(); ++m) {
@@ -130,8 +130,8 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoallOnLinks(
   };
   const std::vector<int64_t> outs = splitsOf(outSplits, out);
   const std::vector<int64_t> ins = splitsOf(inSplits, in);
-  std::vector<LeaderLinks::Send> sends;
-  std::vector<LeaderLinks::Receive> receives;
+  std::vector<PeerLinks::Send> sends;
+  std::vector<PeerLinks::Receive> receives;
   int64_t outAt = 0;
   int64_t inAt = 0;
   for (int m = 0; m < n; ++m) {
@@ -153,11 +153,11 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::alltoallOnLinks(
     outAt += outs[m];
     inAt += ins[m];
   }
-  return links_->start(LeaderLinks::Kind::kData, std::move(sends), std::move(receives));
+  return links_->start(PeerLinks::Kind::kData, std::move(sends), std::move(receives));
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::toEveryOtherOnLinks(
-    LeaderLinks::Kind kind,
+    PeerLinks::Kind kind,
     const at::Tensor& bytes,
     const std::function<at::Tensor(int)>& slotOf) const {
   return piecesOnLinks(
@@ -168,10 +168,10 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::toEveryOtherOnLinks(
 c10::intrusive_ptr<c10d::Work> InterHostEngine::piecesOnLinks(
     const std::function<at::Tensor(int)>& sendTo,
     const std::function<at::Tensor(int)>& receiveFrom,
-    LeaderLinks::Kind kind) const {
+    PeerLinks::Kind kind) const {
   TORCH_CHECK(links_, "dummy_collectives: pieces on the links need the links between hosts");
-  std::vector<LeaderLinks::Send> sends;
-  std::vector<LeaderLinks::Receive> receives;
+  std::vector<PeerLinks::Send> sends;
+  std::vector<PeerLinks::Receive> receives;
   for (int m = 0; m < size(); ++m) {
     if (m == rank()) {
       continue;
@@ -187,9 +187,9 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::piecesOnLinks(
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::fromRootOnLinks(
-    at::Tensor& bytes, int root, LeaderLinks::Kind kind) const {
-  std::vector<LeaderLinks::Send> sends;
-  std::vector<LeaderLinks::Receive> receives;
+    at::Tensor& bytes, int root, PeerLinks::Kind kind) const {
+  std::vector<PeerLinks::Send> sends;
+  std::vector<PeerLinks::Receive> receives;
   if (rank() == root) {
     for (int m = 0; m < size(); ++m) {
       if (m != root) {
@@ -210,7 +210,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::exchangeRecords(
       "dummy_collectives: a record of ", sent, " bytes for slots of ", slotBytes);
   if (links_) {
     // The same bytes to every member (nothing copied), a slot from each.
-    auto work = toEveryOtherOnLinks(LeaderLinks::Kind::kExchange, in, [&](int m) {
+    auto work = toEveryOtherOnLinks(PeerLinks::Kind::kExchange, in, [&](int m) {
       return out.narrow(0, recordOffset(m, slotBytes), slotBytes);
     });
     out.narrow(0, recordOffset(rank(), slotBytes), sent).copy_(in);
@@ -233,7 +233,7 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(
     at::Tensor& data, int root, bool alone) const {
   if (onLinks(alone)) {
     at::Tensor bytes = bytesOf(data);
-    return fromRootOnLinks(bytes, root, LeaderLinks::Kind::kData);
+    return fromRootOnLinks(bytes, root, PeerLinks::Kind::kData);
   }
   std::vector<at::Tensor> tensors{data};
   c10d::BroadcastOptions opts;
@@ -244,31 +244,31 @@ c10::intrusive_ptr<c10d::Work> InterHostEngine::broadcast(
 c10::intrusive_ptr<c10d::Work> InterHostEngine::relayOnLinks(
     int from, int to, const at::Tensor& bytes) const {
   TORCH_CHECK(links_, "dummy_collectives: a relay needs the links between hosts");
-  std::vector<LeaderLinks::Send> sends;
-  std::vector<LeaderLinks::Receive> receives;
+  std::vector<PeerLinks::Send> sends;
+  std::vector<PeerLinks::Receive> receives;
   if (from >= 0) {
     receives.push_back({from, bytes});
   }
   if (to >= 0) {
     sends.push_back({to, bytes, from >= 0 ? 0 : -1});
   }
-  return links_->start(LeaderLinks::Kind::kData, std::move(sends), std::move(receives));
+  return links_->start(PeerLinks::Kind::kData, std::move(sends), std::move(receives));
 }
 
 c10::intrusive_ptr<c10d::Work> InterHostEngine::announce(at::Tensor& record, int root) const {
   if (!links_) {
     return broadcast(record, root);
   }
-  return fromRootOnLinks(record, root, LeaderLinks::Kind::kOneWay);
+  return fromRootOnLinks(record, root, PeerLinks::Kind::kOneWay);
 }
 
 int InterHostEngine::otherFormFrom(const c10::intrusive_ptr<c10d::Work>& work) {
-  const auto* onLinks = dynamic_cast<const LeaderLinks::Operation*>(work.get());
+  const auto* onLinks = dynamic_cast<const PeerLinks::Operation*>(work.get());
   return onLinks != nullptr ? onLinks->otherKindFrom() : -1;
 }
 
 std::vector<int> InterHostEngine::endedAfterRecord(const c10::intrusive_ptr<c10d::Work>& work) const {
-  const auto* onLinks = dynamic_cast<const LeaderLinks::Operation*>(work.get());
+  const auto* onLinks = dynamic_cast<const PeerLinks::Operation*>(work.get());
   std::vector<int> ranks;
   if (onLinks != nullptr) {
     for (const int m : onLinks->endedAfterFrame()) {

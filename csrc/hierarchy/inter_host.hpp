@@ -9,7 +9,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "hierarchy/group_health.hpp"
-#include "hierarchy/leader_links.hpp"
+#include "hierarchy/peer_links.hpp"
 #include <dummy_collectives/op_context.hpp>
 #include "hierarchy/topology.hpp"
 
@@ -79,7 +79,7 @@ class InterHostEngine {
   c10::intrusive_ptr<c10d::Work> piecesOnLinks(
       const std::function<at::Tensor(int)>& sendTo,
       const std::function<at::Tensor(int)>& receiveFrom,
-      LeaderLinks::Kind kind = LeaderLinks::Kind::kData) const;
+      PeerLinks::Kind kind = PeerLinks::Kind::kData) const;
   // Member m's block of `out` is bytes [offsets[m], offsets[m + 1]) (blocks may differ in
   // size); this member's is in place already, and every member receives every other's: on the
   // links (`alone`), else by the engine's all-to-all of a copy of our block for every member.
@@ -108,11 +108,11 @@ class InterHostEngine {
     return (member < rank() ? member : member - 1) * slotBytes;
   }
 
-  // Records travel on the leaders' own links (leader_links.hpp) from now on: an engine over the
+  // Records travel on the leaders' own links (peer_links.hpp) from now on: an engine over the
   // hosts' leaders, every member at once. `carryData`: the byte-level operations above go there
   // too -- only where a collective has one engine operation in flight at a time (one rank per
   // host: no pipeline), since the links move bytes only while a thread waits on them.
-  void useLinks(std::unique_ptr<LeaderLinks> links, bool carryData) {
+  void useLinks(std::unique_ptr<PeerLinks> links, bool carryData) {
     links_ = std::move(links);
     dataOnLinks_ = carryData;
   }
@@ -174,12 +174,12 @@ class InterHostEngine {
   // `slotOf(member)`; nothing moves where `bytes` is empty (every member's is then). The pieces
   // (piecesOnLinks) of one tensor sent to all.
   c10::intrusive_ptr<c10d::Work> toEveryOtherOnLinks(
-      LeaderLinks::Kind kind,
+      PeerLinks::Kind kind,
       const at::Tensor& bytes,
       const std::function<at::Tensor(int)>& slotOf) const;
   // Member `root` sends `bytes` to every other member, of `kind`; they receive into `bytes`.
   c10::intrusive_ptr<c10d::Work> fromRootOnLinks(
-      at::Tensor& bytes, int root, LeaderLinks::Kind kind) const;
+      at::Tensor& bytes, int root, PeerLinks::Kind kind) const;
   // Calls `blockUntil(t)` (true once the work is done, false at t) until the work is done,
   // checking in between the group's health, the deadline and (compareStuckCalls) the calls;
   // `awaited()` names the group ranks it still waits for, should the deadline pass.
@@ -199,7 +199,7 @@ class InterHostEngine {
   std::vector<int> members_;
   const Topology& topology_;
   GroupHealth& health_;
-  std::unique_ptr<LeaderLinks> links_; // null: records go through the engine
+  std::unique_ptr<PeerLinks> links_; // null: records go through the engine
   bool dataOnLinks_ = false;
   bool compareStuckCalls_ = false;
   // The collective (its sequence number) this engine last waited for: its first wait for a

@@ -47,7 +47,7 @@ void InterHostEngine::wait(const c10::intrusive_ptr<c10d::Work>& work, const OpC
   // check every rank passed.
   const bool firstCall = ctx.op.seq != lastWaitedSeq_;
   lastWaitedSeq_ = ctx.op.seq;
-  if (auto* onLinks = dynamic_cast<LeaderLinks::Operation*>(work.get())) {
+  if (auto* onLinks = dynamic_cast<PeerLinks::Operation*>(work.get())) {
     // This thread moves the bytes itself: it wakes when they arrive, with no hand-off.
     std::optional<LinkLost> lost;
     watch(

@@ -420,7 +420,7 @@ void LeaderLinks::breakLinks(const std::string& why) {
   }
 }
 
-// Two pipes for a relay (Operation::Relay): the received bytes go into the first, a tee of them
+// Two pipes for a relay (SocketOperation::Relay): the received bytes go into the first, a tee of them
 // into the second, which feeds the next host's socket.
 struct LeaderLinks::RelayPipes {
   std::array<int, 2> first{-1, -1};
@@ -467,10 +467,10 @@ c10::intrusive_ptr<c10d::Work> LeaderLinks::start(
                              broken_, "); the group cannot be used"));
   }
   TORCH_CHECK(!busy_, "dummy_collectives: two operations on the leaders' links at once");
-  return c10::make_intrusive<Operation>(*this, kind, std::move(sends), std::move(receives));
+  return c10::make_intrusive<SocketOperation>(*this, kind, std::move(sends), std::move(receives));
 }
 
-struct LeaderLinks::Operation::Outgoing {
+struct LeaderLinks::SocketOperation::Outgoing {
   Peer* peer;
   FrameHeader header;
   at::Tensor bytes;
@@ -478,7 +478,7 @@ struct LeaderLinks::Operation::Outgoing {
   size_t sent = 0; // of sizeof(header) + bytes
 };
 
-struct LeaderLinks::Operation::Incoming {
+struct LeaderLinks::SocketOperation::Incoming {
   Peer* peer;
   int member;
   at::Tensor slot;
@@ -493,7 +493,7 @@ struct LeaderLinks::Operation::Incoming {
 // pipe, which is spliced into the next host's socket; the kernel moves page references, so the
 // only copy is the first pipe's read into the tensor. A relay splices once its receive's header
 // is in and says the agreed data (else the receive takes the copying path, which checks it).
-struct LeaderLinks::Operation::Relay {
+struct LeaderLinks::SocketOperation::Relay {
   size_t incoming; // in_'s index
   size_t outgoing; // out_'s index
   enum class Mode { kUndecided, kSplice, kCopy } mode = Mode::kUndecided;
@@ -503,9 +503,9 @@ struct LeaderLinks::Operation::Relay {
   uint64_t passed = 0; // of those, spliced from the second pipe into the next host's socket
 };
 
-LeaderLinks::Operation::Operation(
+LeaderLinks::SocketOperation::SocketOperation(
     LeaderLinks& links, Kind kind, std::vector<Send> sends, std::vector<Receive> receives)
-    : c10d::Work(-1, c10d::OpType::UNKNOWN), links_(links), kind_(kind) {
+    : links_(links), kind_(kind) {
   links_.busy_ = true;
   for (auto& s : sends) {
     TORCH_CHECK(s.member != links_.me_ && s.bytes.is_contiguous(),
@@ -540,19 +540,19 @@ LeaderLinks::Operation::Operation(
   }
 }
 
-LeaderLinks::Operation::~Operation() {
+LeaderLinks::SocketOperation::~SocketOperation() {
   if (!done_) {
     links_.breakLinks("an operation ended before all its bytes moved");
     links_.busy_ = false;
   }
 }
 
-void LeaderLinks::Operation::finish() {
+void LeaderLinks::SocketOperation::finish() {
   done_ = true;
   links_.busy_ = false;
 }
 
-size_t LeaderLinks::Operation::sendable(const Outgoing& o) const {
+size_t LeaderLinks::SocketOperation::sendable(const Outgoing& o) const {
   const size_t total = sizeof(FrameHeader) + o.header.bytes;
   if (o.forwards < 0) {
     return total;
@@ -563,7 +563,7 @@ size_t LeaderLinks::Operation::sendable(const Outgoing& o) const {
   return std::min(total, std::max(landed, sizeof(FrameHeader)));
 }
 
-bool LeaderLinks::Operation::moveBytes() {
+bool LeaderLinks::SocketOperation::moveBytes() {
   if (!relay_) {
     return movePass();
   }
@@ -589,7 +589,7 @@ bool LeaderLinks::Operation::moveBytes() {
   }
 }
 
-bool LeaderLinks::Operation::movePass() {
+bool LeaderLinks::SocketOperation::movePass() {
   bool done = true;
   for (auto& o : out_) {
     sendPass(o);
@@ -628,11 +628,11 @@ bool LeaderLinks::Operation::movePass() {
   return done;
 }
 
-bool LeaderLinks::Operation::splicing() const {
+bool LeaderLinks::SocketOperation::splicing() const {
   return relay_ && relay_->mode == Relay::Mode::kSplice;
 }
 
-void LeaderLinks::Operation::sendPass(Outgoing& o) {
+void LeaderLinks::SocketOperation::sendPass(Outgoing& o) {
   const bool spliced = splicing() && &o == &out_[relay_->outgoing];
   // Splicing, the payload leaves from the second pipe (relayPass); here only the header.
   const size_t limit = spliced ? std::min(sendable(o), sizeof(FrameHeader)) : sendable(o);
@@ -661,7 +661,7 @@ void LeaderLinks::Operation::sendPass(Outgoing& o) {
   }
 }
 
-void LeaderLinks::Operation::receivePass(Incoming& in) {
+void LeaderLinks::SocketOperation::receivePass(Incoming& in) {
   if (splicing() && &in == &in_[relay_->incoming]) {
     return; // its payload moves in relayPass
   }
@@ -695,7 +695,7 @@ void LeaderLinks::Operation::receivePass(Incoming& in) {
   }
 }
 
-void LeaderLinks::Operation::decideRelay() {
+void LeaderLinks::SocketOperation::decideRelay() {
   Relay& relay = *relay_;
   const Incoming& in = in_[relay.incoming];
   // Only the agreed data splices; anything else (another collective's frame, a wrong size)
@@ -710,7 +710,7 @@ void LeaderLinks::Operation::decideRelay() {
   }
 }
 
-void LeaderLinks::Operation::relayPass() {
+void LeaderLinks::SocketOperation::relayPass() {
   Relay& relay = *relay_;
   Incoming& in = in_[relay.incoming];
   Outgoing& out = out_[relay.outgoing];
@@ -774,7 +774,7 @@ void LeaderLinks::Operation::relayPass() {
   }
 }
 
-bool LeaderLinks::Operation::wantsInput(size_t index) const {
+bool LeaderLinks::SocketOperation::wantsInput(size_t index) const {
   const Incoming& in = in_[index];
   if (in.got >= sizeof(FrameHeader) && in.got >= sizeof(FrameHeader) + in.header.bytes) {
     return false;
@@ -785,7 +785,7 @@ bool LeaderLinks::Operation::wantsInput(size_t index) const {
   return !(splicing() && relay_->incoming == index && relay_->spliced > relay_->teed);
 }
 
-bool LeaderLinks::Operation::progressUntil(Clock::time_point until) {
+bool LeaderLinks::SocketOperation::progressUntil(Clock::time_point until) {
   // Held for the whole wait, not per splice: a relay passes over its sockets thousands of times
   // per message, and two more system calls a pass cost 3x1's 64 MiB broadcast 10-20%.
   const SigpipeHeld held(relay_ != nullptr);
@@ -825,7 +825,7 @@ bool LeaderLinks::Operation::progressUntil(Clock::time_point until) {
   return true;
 }
 
-std::vector<int> LeaderLinks::Operation::awaited() const {
+std::vector<int> LeaderLinks::SocketOperation::awaited() const {
   std::vector<int> members;
   for (const auto& in : in_) {
     if (in.got < sizeof(FrameHeader) || in.got < sizeof(FrameHeader) + in.header.bytes) {
@@ -842,7 +842,7 @@ std::vector<int> LeaderLinks::Operation::awaited() const {
   return members;
 }
 
-std::vector<int> LeaderLinks::Operation::endedAfterFrame() const {
+std::vector<int> LeaderLinks::SocketOperation::endedAfterFrame() const {
   std::vector<int> members;
   for (const auto& in : in_) {
     char next = 0;
@@ -853,11 +853,11 @@ std::vector<int> LeaderLinks::Operation::endedAfterFrame() const {
   return members;
 }
 
-bool LeaderLinks::Operation::isCompleted() {
+bool LeaderLinks::SocketOperation::isCompleted() {
   return done_;
 }
 
-bool LeaderLinks::Operation::wait(std::chrono::milliseconds timeout) {
+bool LeaderLinks::SocketOperation::wait(std::chrono::milliseconds timeout) {
   // 0 ms is c10d's kNoTimeout: wait for as long as it takes.
   const auto until = timeout.count() == 0 ? Clock::time_point::max() : Clock::now() + timeout;
   TORCH_CHECK(progressUntil(until), "dummy_collectives: timed out after ", timeout.count(),

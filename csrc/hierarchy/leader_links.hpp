@@ -12,6 +12,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "hierarchy/peer_links.hpp"
+
 namespace dummy_collectives::hierarchy {
 
 // TCP connections of the hosts' leaders among themselves, one per pair, for the agreement's
@@ -58,12 +60,9 @@ class LinkHangUp {
   bool hungUp_ = false;  // guarded by mu_
 };
 
-class LeaderLinks {
+// The links on TCP sockets of our own (PeerLinks, peer_links.hpp).
+class LeaderLinks final : public PeerLinks {
  public:
-  // What a frame is: an exchange's record, a broadcast's one-way record, or data that follows
-  // an agreement (its sizes checked, so it pairs by construction).
-  enum class Kind : uint32_t { kExchange = 1, kOneWay = 2, kData = 3 };
-
   // `members`: the group ranks of the leaders, `me` this rank's index among them; `addresses`:
   // each member's address (it listens there, on a port the system picks, published in `store`
   // with a random token that every member's hello must carry: a connection from anyone else --
@@ -86,33 +85,21 @@ class LeaderLinks {
   LeaderLinks(const LeaderLinks&) = delete;
   LeaderLinks& operator=(const LeaderLinks&) = delete;
 
-  int size() const {
+  int size() const override {
     return static_cast<int>(channels_[0].size());
   }
-  int rank() const {
+  int rank() const override {
     return me_;
   }
 
-  struct Send {
-    int member;
-    at::Tensor bytes; // contiguous uint8, kept alive by the operation
-    // Where >= 0: a receive of this operation (its index) whose slot is `bytes`; only what it
-    // has landed is sent, so a host passes a message on as it arrives (a chain's broadcast).
-    // The kernel passes the agreed data on by splice, the host copying it once (Relay). One
-    // send of an operation at most forwards.
-    int forwards = -1;
-  };
-  struct Receive {
-    int member;
-    at::Tensor slot; // contiguous uint8: at most this much of the frame lands here
-  };
-  // Begins an operation of `kind`: sends, and receives of one frame each. Small frames leave at
-  // once (the kernel takes them); the rest moves while a thread waits on the Work.
-  c10::intrusive_ptr<c10d::Work> start(Kind kind, std::vector<Send> sends,
-                                       std::vector<Receive> receives);
+  // Small frames leave at once (the kernel takes them); the rest moves while a thread waits on
+  // the Work. A send that forwards passes the agreed data on by splice, the host copying it
+  // once (SocketOperation::Relay).
+  c10::intrusive_ptr<c10d::Work> start(
+      Kind kind, std::vector<Send> sends, std::vector<Receive> receives) override;
 
   struct Peer;
-  class Operation;
+  class SocketOperation;
   struct RelayPipes;
   struct Hello;
 
@@ -132,7 +119,7 @@ class LeaderLinks {
   // failed), so the streams are no longer framed.
   void breakLinks(const std::string& why);
 
-  // A relay's pipes (Operation::Relay), made at the first use; null where the system refused.
+  // A relay's pipes (SocketOperation::Relay), made at the first use; null where the system refused.
   RelayPipes* relayPipes();
 
   // The connection to `member` that carries frames of `kind`.
@@ -147,58 +134,25 @@ class LeaderLinks {
   std::vector<std::vector<std::unique_ptr<Peer>>> channels_;
   std::string broken_;
   bool busy_ = false; // one operation at a time (a group runs one collective at a time)
-  // Made at the first relay that splices (Operation::Relay), kept for the next ones; null
+  // Made at the first relay that splices (SocketOperation::Relay), kept for the next ones; null
   // until then, or where the system refused them.
   std::unique_ptr<RelayPipes> relayPipes_;
   bool relayPipesRefused_ = false;
 };
 
-// A peer's connection closed, or a socket call failed: names the peer as gloo does ("Connection
-// closed by peer [10.0.0.2]:4567"), and says which member it was (-1: none in particular).
-class LinkLost : public std::runtime_error {
+// An operation on the sockets.
+class LeaderLinks::SocketOperation final : public PeerLinks::Operation {
  public:
-  LinkLost(const std::string& what, int member) : std::runtime_error(what), member_(member) {}
-  int member() const {
-    return member_;
-  }
+  SocketOperation(LeaderLinks& links, Kind kind, std::vector<Send> sends,
+                  std::vector<Receive> receives);
+  ~SocketOperation() override;
 
- private:
-  int member_;
-};
-
-// The Work of an operation on the links: complete only once a thread drove it (progressUntil).
-class LeaderLinks::Operation final : public c10d::Work {
- public:
-  Operation(LeaderLinks& links, Kind kind, std::vector<Send> sends,
-            std::vector<Receive> receives);
-  ~Operation() override;
-
-  // Moves bytes until the operation is done (true) or `until` passes (false). Throws LinkLost.
-  bool progressUntil(std::chrono::steady_clock::time_point until);
+  bool progressUntil(std::chrono::steady_clock::time_point until) override;
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout) override;
-  // A frame of another kind arrived (the operation ended there): the member that sent it, and
-  // the slot holds its first bytes; -1 where every frame was of the expected kind.
-  int otherKindFrom() const {
-    return otherKindFrom_;
-  }
-  // A data frame whose size is not its receive's (the operation ended there): who sent it, its
-  // size and the receive's. Data moves only after every rank agreed on the call, so this is a
-  // fault of ours; the bytes are never taken for data, and the streams no longer pair.
-  struct WrongSize {
-    int member;
-    uint64_t bytes;
-    int64_t expected;
-  };
-  const std::optional<WrongSize>& wrongSize() const {
-    return wrongSize_;
-  }
-  // The members whose frame has not wholly arrived, or to whom ours has not wholly left: those
-  // a wait that ends here was waiting for.
-  std::vector<int> awaited() const;
-  // Of a finished operation, the members whose connection ends right after the frame they
-  // sent (LinkHangUp): they gave up on the group after sending it, or left it.
-  std::vector<int> endedAfterFrame() const;
+  std::vector<int> awaited() const override;
+  // The members whose connection ends right after the frame they sent (LinkHangUp).
+  std::vector<int> endedAfterFrame() const override;
 
  private:
   struct Outgoing;
@@ -225,8 +179,6 @@ class LeaderLinks::Operation final : public c10d::Work {
   Kind kind_;
   std::vector<Outgoing> out_;
   std::vector<Incoming> in_;
-  int otherKindFrom_ = -1;
-  std::optional<WrongSize> wrongSize_;
   std::unique_ptr<Relay> relay_; // a send that forwards one of this operation's receives
   bool done_ = false;
 };

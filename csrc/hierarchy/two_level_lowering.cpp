@@ -18,6 +18,7 @@
 #include "hierarchy/agreement.hpp"
 #include "hierarchy/cross_host_p2p.hpp"
 #include "hierarchy/in_host.hpp"
+#include "hierarchy/leader_links.hpp"
 #include "hierarchy/link_probe.hpp"
 #include "hierarchy/two_level.hpp"
 #include "c10d/this_process.hpp"
