@@ -7,8 +7,8 @@ namespace dummy_collectives::hierarchy::two_level {
 // leaders' links, where they have them: this is the rail's only operation in flight); the
 // other hosts' blocks broadcast inside each host. One cross-host step between leaders, where an
 // all-gather over every rank crosses hosts once per rank; and no rank moves its own host's
-// inputs twice (before: an in-host all-gather, then the whole output broadcast and copied
-// again, 0.6x gloo's speed on 3+1 hosts at 16 MiB).
+// inputs twice (an in-host all-gather, then the whole output broadcast and copied again, lost
+// to gloo).
 void allgatherThroughLeaders(
     const Levels& levels, const OpContext& ctx, const at::Tensor& in, at::Tensor& out) {
   debug_log::note("through the leaders");

@@ -8,9 +8,8 @@ namespace {
 
 // Through the leaders, an allreduce's chunks are up to this many times inter_host_chunk_bytes:
 // each chunk costs the leaders an engine operation, and only they move it across hosts (on
-// rails every rank moves its shard, so there 1 MiB chunks are already L times larger). With
-// 4 MiB chunks 3+1 and 1+3 hosts at 16 and 64 MiB went from 0.89-0.93x gloo to 1.08-1.22x;
-// docs/benchmarks.md, "Chunk size and count".
+// rails every rank moves its shard, so there 1 MiB chunks are already L times larger)
+// (docs/benchmarks.md, "Chunk size and count").
 constexpr size_t kLeadersAllreduceChunkFactor = 4;
 
 } // namespace

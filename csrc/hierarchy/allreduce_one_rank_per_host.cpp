@@ -10,24 +10,19 @@ namespace {
 
 // One rank per host on the leaders' links: an allreduce's segment (below), by host count. The
 // pieces of a segment stay in cache while they are sent, received and folded; each segment costs
-// two waits for every host. Two hosts: alternated with the swap below 32 MiB and gloo's own
-// allreduce from it (3 passes, 2 runs each; then as an all-to-all and all-gather of padded
-// pieces): 4 MiB 0.97x / 1.25x -> 1.67x / 1.52x gloo, 16 MiB 1.11x / 1.13x -> 1.33x / 1.66x,
-// 64 MiB 1.32x / 0.86x -> 1.54x / 1.25x. Three hosts sharing two cores, segments of 1, 2 and
-// 4 MiB alternated in one process with gloo's own allreduce (5 launches): 2 MiB the best from
-// 4 MiB on, medians 4 MiB 0.99x -> 1.32x, 16 MiB 0.96x -> 1.13x, 64 MiB 0.93x -> 1.01x; 1 MiB
-// (one segment) 1.40x -> 1.75x (docs/benchmarks.md, "Three hosts of one rank: pieces on the
-// links").
+// two waits for every host. Segments beat both the swap and gloo's own allreduce on two hosts;
+// on three, 2 MiB segments were the best of 1, 2 and 4 MiB (docs/benchmarks.md, "One rank per
+// host, large allreduces" and "Three hosts of one rank: pieces on the links").
 constexpr int64_t kTwoHostsSegmentBytes = int64_t{4} << 20;
 constexpr int64_t kHostsSegmentBytes = int64_t{2} << 20;
 
 // One rank per host, on the leaders' links, segment by segment: each segment's pieces are
 // folded where they are kept and sent back (foldPiecesOnLinks). A ring's bytes, without gloo's
 // thread hand-offs, each host folding its piece of the message, the same bits on every rank for
-// every dtype and operation. Earlier forms that lost to gloo's ring on three hosts sharing two
-// cores: an all-to-all and all-gather of padded copies (16 MiB 0.71x / 0.59x) and a ring of
-// send-receive steps on the links (16 MiB 0.71-0.73x, 64 MiB 0.52-0.54x): each step waits for
-// all three processes, one of which two cores always leave waiting.
+// every dtype and operation. An all-to-all and all-gather of padded copies, and a ring of
+// send-receive steps on the links, lost to gloo's ring on three hosts sharing two cores: each
+// step waits for all three processes, one of which two cores always leave waiting
+// (docs/benchmarks.md, "Three hosts of one rank: pieces on the links").
 void allreduceInSegmentsOnLinks(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
   debug_log::note("one rank per host, in segments on the links");

@@ -16,11 +16,9 @@ void broadcastPipelined(const Levels& levels, const OpContext& ctx, at::Tensor& 
   const int rootHost = topology.hostOf(root);
   const int rootLocal = topology.localRankOf(root);
   const bool onRootHost = topology.host() == rootHost;
-  // The in-host stages are copies, far cheaper than the cross-host one: whole chunks (2 hosts
-  // x 2 ranks, 1 MiB: 0.71x gloo in 4 chunks of 256 KiB), of 4 x inter_host_chunk_bytes: each
-  // chunk costs gloo an operation of 0.3-0.9 ms here, and a copy hides little (alternated
-  // with 1 MiB chunks: 2x2 64 MiB 0.95x -> 1.54x gloo, 3+1 16 MiB 0.77x -> 1.21x, 1+3 64 MiB
-  // 1.23x -> 1.46x; docs/benchmarks.md, "Chunk size and count").
+  // The in-host stages are copies, far cheaper than the cross-host one: whole chunks of 4 x
+  // inter_host_chunk_bytes, since each chunk costs the engine an operation and a copy hides
+  // little (docs/benchmarks.md, "Chunk size and count").
   HierarchySettings settings = levels.settings;
   settings.chunkBytes *= kBroadcastChunkFactor;
   const Chunking plan(flat.numel(), 64, settings, 1, 1, /*wholeChunks=*/true);

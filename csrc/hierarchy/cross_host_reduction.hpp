@@ -20,9 +20,8 @@ namespace dummy_collectives::hierarchy::two_level {
 // caveat below does not arise.
 
 // Two members on the links fold halves of chunks this large (foldPiecesOnLinks) and swap smaller
-// ones whole. Alternated (3 passes, 2 runs each): the leaders' 4 MiB chunks of 3+1 at 64 MiB
-// 0.98x / 0.98x -> 1.26x / 1.32x gloo, 1+3 0.93x / 1.28x -> 1.09x / 1.22x; the 2x2 rails'
-// chunks of 512 KiB lost a round trip to the halves (64 MiB 2.04x / 2.62x -> 1.61x / 1.65x).
+// ones whole: halving the fold pays for the extra round trip on the leaders' large chunks, not
+// on the rails' small ones (docs/benchmarks.md, "Halves between two leaders").
 constexpr size_t kHalvesMinBytes = size_t{2} << 20;
 
 // Whether the engine's allreduce computes what dummy's kernels do for `spec` (across hosts: no
