@@ -103,6 +103,14 @@ def torch_release() -> str:
     return torch.__version__.split("+", 1)[0]
 
 
+def ucx_wheel() -> str:
+    """The PyPI UCX wheel for this torch: its CUDA major (a CPU torch takes CUDA 12's, whose CUDA
+    modules are skipped where there is no driver). The extension loads it at run time for groups
+    that span hosts (csrc/ucx/ucx_api.hpp), preferring a cluster's own UCX where one is named."""
+    major = (torch.version.cuda or "12").split(".", 1)[0]
+    return f"libucx-cu{13 if major == '13' else 12}"
+
+
 def write_build_info() -> None:
     """Records the torch this build compiles against, for the check at import (_torch_check.py)."""
     cuda = repr(torch.version.cuda) if with_cuda else "None"
@@ -130,7 +138,12 @@ extension = extension_type(
     sources=sources,
     # include/: the public headers (the face and the lowering interface); csrc/: the private
     # ones, beside their code ("shm/shm_transport.hpp").
-    include_dirs=[str(ROOT / "include"), str(ROOT / "csrc")],
+    # third_party/ucx/include: UCX's API headers, the library itself loaded at run time.
+    include_dirs=[
+        str(ROOT / "include"),
+        str(ROOT / "csrc"),
+        str(ROOT / "third_party" / "ucx" / "include"),
+    ],
     define_macros=macros,
     depends=headers,
     # No symbol table or debug sections: the library is loaded, not linked against, and its
@@ -164,7 +177,7 @@ class BuildKeepingObjects(BuildExtension):
 
 
 setup(
-    install_requires=[f"torch=={torch_release()}"],
+    install_requires=[f"torch=={torch_release()}", ucx_wheel()],
     ext_modules=[extension],
     cmdclass={"build_ext": BuildKeepingObjects.with_options(use_ninja=True)},
 )

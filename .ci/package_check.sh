@@ -44,7 +44,7 @@ while read -r needed; do
 done < <(
   grep -hv '^#' csrc/sources.txt csrc/cuda_sources.txt csrc/binding_sources.txt |
     sed '/^[[:space:]]*$/d'
-  git ls-files csrc include CMakeLists.txt LICENSE
+  git ls-files csrc include third_party CMakeLists.txt LICENSE
 )
 if ((${#missing[@]})); then
   echo "the sdist lacks: ${missing[*]}" >&2

@@ -24,11 +24,13 @@ try:
         _flush_at_exit,
         cross_memory_copy_speed,
         reduce_capability,
+        ucx_library,
     )
 except ImportError as error:
     raise load_extension_error(error) from error
 from dummy_collectives._groups import dead_ranks  # noqa: E402
 from dummy_collectives._registration import BACKEND_NAME, register  # noqa: E402
+from dummy_collectives._ucx import tell_extension as _tell_extension_of_ucx  # noqa: E402
 from dummy_collectives._waits import (  # noqa: E402
     RankWaits,
     WaitSummary,
@@ -51,9 +53,11 @@ __all__ = [
     "reduce_capability",
     "register",
     "reset_wait_summary",
+    "ucx_library",
     "wait_summary",
 ]
 
+_tell_extension_of_ucx()
 register()
 # Before the interpreter finalises, finish what is still outstanding (README, faults):
 # otherwise an engine thread may release a tensor or run a future callback after Python has

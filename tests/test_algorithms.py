@@ -1,6 +1,6 @@
 """Every named cross-host algorithm, forced with ``DUMMY_COLLECTIVES_ALGO`` (``Options.algo``) on
-every layout it applies to, with each engine between hosts (the leaders' links, gloo alone),
-exact against a reference computed on each rank; the table a group
+every layout it applies to, with each engine between hosts (the leaders' links on UCX or on our
+own sockets, gloo alone), exact against a reference computed on each rank; the table a group
 reports; rules that do not apply are skipped; bad selections are refused.
 
 Groups span simulated hosts (``DUMMY_COLLECTIVES_HOST_ID``, as in test_across_hosts.py), so the
@@ -27,9 +27,9 @@ pytestmark = [support.requires_dummy, support.requires_backend_module]
 LAYOUTS = {"2x1": [0, 1], "3x1": [0, 1, 2], "2x2": [0, 0, 1, 1], "3+1": [0, 0, 0, 1],
            "1+3": [0, 1, 1, 1]}  # fmt: skip
 
-# The engines between hosts: the leaders' own links (inter_host_links, the default), or gloo for
-# everything (inter_host_links=0).
-ENGINES = {"links": True, "gloo": False}
+# The engines between hosts (inter_host): UCX under the leaders' links (the default where it
+# loads), our own TCP links, or gloo for everything.
+ENGINES = ["ucx", "sockets", "gloo"]
 # Algorithms that need the leaders' links.
 NEED_LINKS = {"allreduce:segments", "broadcast:chain"}
 
@@ -55,7 +55,7 @@ APPLIES = {
 }
 CASES = [(name, layout, engine) for name, layouts in APPLIES.items() for layout in LAYOUTS
          for engine in ENGINES
-         if layout in layouts and (engine == "links" or name not in NEED_LINKS)]  # fmt: skip
+         if layout in layouts and (engine != "gloo" or name not in NEED_LINKS)]  # fmt: skip
 
 # Bytes a record carries by default (inter_host_inline_bytes); the cases stay within it for the
 # record algorithms, and go well past it (pipelined chunks, segments, short last pieces) for the
@@ -66,13 +66,13 @@ DATA_SIZES = [4, 4 * 300_001, (5 << 20) + 12]
 
 @contextlib.contextmanager
 def spanning_group(
-    hosts_of: Sequence[int], algo: str, links: bool = True
+    hosts_of: Sequence[int], algo: str, engine: str = "ucx"
 ) -> Iterator[dist.ProcessGroup]:
     """A dummy group of every rank of the pool, rank r on simulated host ``hosts_of[r]``,
-    running the algorithms ``algo`` selects, on the leaders' links or through gloo alone."""
+    running the algorithms ``algo`` selects between hosts on ``engine`` (inter_host)."""
     before = os.environ.get("DUMMY_COLLECTIVES_HOST_ID")
     os.environ["DUMMY_COLLECTIVES_HOST_ID"] = f"span{hosts_of[harness.rank()]}"
-    options = dummy_collectives.Options(algo=algo, inter_host_links=links)
+    options = dummy_collectives.Options(algo=algo, inter_host=engine)
     try:
         group = dist.new_group(backend="dummy", pg_options=options)
     finally:
@@ -147,11 +147,11 @@ CHECKS = {"allreduce": check_allreduce, "broadcast": check_broadcast,
           "allgather": check_allgather}  # fmt: skip
 
 
-def forced(hosts_of: list[int], name: str, sizes: list[int], links: bool) -> dict[str, Any]:
+def forced(hosts_of: list[int], name: str, sizes: list[int], engine: str) -> dict[str, Any]:
     """Runs ``name`` forced at every size, returns the group's table and what was wrong."""
     collective, algorithm = name.split(":")
     world = len(hosts_of)
-    with spanning_group(hosts_of, f"{collective}:@{algorithm}", links) as group:
+    with spanning_group(hosts_of, f"{collective}:@{algorithm}", engine) as group:
         failures: list[str] = []
         for nbytes in sizes:
             failures += CHECKS[collective](group, world, nbytes)
@@ -165,7 +165,7 @@ def test_every_algorithm_on_every_layout_it_applies_to_is_exact(
     hosts_of = LAYOUTS[layout]
     collective, algorithm = name.split(":")
     sizes = RECORD_SIZES if algorithm.startswith("record") else DATA_SIZES
-    results = pool(len(hosts_of)).run_ok(forced, hosts_of, name, sizes, ENGINES[engine])
+    results = pool(len(hosts_of)).run_ok(forced, hosts_of, name, sizes, engine)
     failures = [f"rank {r}: {f}" for r, result in enumerate(results) for f in result["failures"]]
     assert not failures, "\n".join(failures)
     for rank, result in enumerate(results):
@@ -176,8 +176,8 @@ def test_every_algorithm_on_every_layout_it_applies_to_is_exact(
             assert line.count("@") == 1, (rank, line)
 
 
-def default_tables(hosts_of: list[int], algo: str, links: bool = True) -> list[str]:
-    with spanning_group(hosts_of, algo, links) as group:
+def default_tables(hosts_of: list[int], algo: str, engine: str = "ucx") -> list[str]:
+    with spanning_group(hosts_of, algo, engine) as group:
         return table_of(group)
 
 
@@ -185,7 +185,7 @@ def test_without_links_the_algorithms_that_need_them_are_skipped(
     pool: support.PoolFactory,
 ) -> None:
     tables = pool(3).run_ok(default_tables, LAYOUTS["3x1"], "allreduce:@segments#broadcast:@chain",
-                            False)  # fmt: skip
+                            "gloo")  # fmt: skip
     for line in tables[0]:
         assert "@segments" not in line and "@chain" not in line, line
     # The defaults without links: pieces below gloo's ring, the engine's broadcast.

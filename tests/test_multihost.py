@@ -58,8 +58,9 @@ def test_random_program_matches_gloo_on_2_hosts_of_2(hosts) -> None:
     assert all(job.results[r]["compared"] > 100 for r in range(4)), job.results
 
 
-# The leaders' own links (the default), and the records and data through gloo instead.
-LINKS = {"links": None, "gloo": {"DUMMY_COLLECTIVES_INTER_HOST_LINKS": "0"}}
+# The leaders' own links: our sockets (the default) or UCX; and the records and data through gloo.
+LINKS = {"links": None, "ucx": {"DUMMY_COLLECTIVES_INTER_HOST": "ucx"},
+         "gloo": {"DUMMY_COLLECTIVES_INTER_HOST": "gloo"}}  # fmt: skip
 
 
 @support.compares_with_gloo
@@ -147,13 +148,16 @@ def test_ddp_across_hosts_trains_exactly_as_gloo(hosts) -> None:
 
 
 @support.requires_dummy
+@pytest.mark.parametrize("links", ["links", "ucx"])
 @pytest.mark.parametrize("victim", [3, 2], ids=["a-host-peer", "a-host-leader"])
-def test_a_rank_killed_on_another_host_is_named_everywhere_within_2s(hosts, victim) -> None:
+def test_a_rank_killed_on_another_host_is_named_everywhere_within_2s(hosts, victim, links) -> None:
     # torchrun's agent stops the victim's host peers at its next check after the death; the
     # job's survivors ignore that SIGTERM, so what is timed is the backend's own detection
     # (within 2 s), whenever the check falls. Rank 2 is its host's leader, the rank that
-    # watches the store for the host: its peer must learn of the failure without it.
-    job = run_job(hosts, "kill", str(victim), env={"DC_JOB_TIMEOUT_S": "60"})
+    # watches the store for the host: its peer must learn of the failure without it. On our
+    # sockets and on UCX, whose lost peer comes from UCX's own error handling.
+    env = {"DC_JOB_TIMEOUT_S": "60", **(LINKS[links] or {})}
+    job = run_job(hosts, "kill", str(victim), env=env)
     survivors = [r for r in range(4) if r != victim]
     assert sorted(job.results) == survivors, job.report()
     for rank in survivors:
@@ -220,7 +224,8 @@ def test_mismatches_between_hosts_of_one_rank_fail_both(hosts, records) -> None:
 
 @support.requires_dummy
 @pytest.mark.parametrize(
-    ("layout", "records"), [("2x1", "links"), ("3x1", "links"), ("2x1", "gloo"), ("2x2", "links")]
+    ("layout", "records"),
+    [("2x1", "links"), ("3x1", "links"), ("3x1", "ucx"), ("2x1", "gloo"), ("2x2", "links")],
 )
 def test_alltoall_across_hosts_checks_split_sizes_and_moves_uneven_parts(
     layout: str, records: str
@@ -309,11 +314,11 @@ def test_broadcasts_that_differ_between_hosts_fail_every_rank(hosts, variant, np
 
 @support.requires_dummy
 def test_broadcasts_with_different_roots_through_gloo_fail_at_the_call(hosts) -> None:
-    # With the records on gloo (inter_host_links 0), each root's leader waits in gloo's
+    # With the records on gloo (inter_host gloo), each root's leader waits in gloo's
     # broadcast for receivers that never come: the leaders compare their calls in the store and
     # every rank raises at the broadcast, naming both roots.
     job = run_job(hosts, "one_way_mismatch", "roots", nproc=(1, 1),
-                  env={"DUMMY_COLLECTIVES_INTER_HOST_LINKS": "0"})  # fmt: skip
+                  env={"DUMMY_COLLECTIVES_INTER_HOST": "gloo"})  # fmt: skip
     check_ran_everywhere(job, 2)
     assert job.returncodes == [0, 0], job.report()
     roots = {result["src"] for result in job.results.values()}

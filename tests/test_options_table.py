@@ -200,7 +200,6 @@ def test_settings_every_rank_of_a_group_agrees_on() -> None:
     assert settings == {
         "mode (DUMMY_COLLECTIVES_MODE)": "real",
         "inter_host (DUMMY_COLLECTIVES_INTER_HOST)": "auto",
-        "inter_host_links (DUMMY_COLLECTIVES_INTER_HOST_LINKS)": True,
         "inter_host_inline_bytes (DUMMY_COLLECTIVES_INTER_HOST_INLINE_BYTES)": 16 << 10,
         "inter_host_chunk_bytes (DUMMY_COLLECTIVES_INTER_HOST_CHUNK_BYTES)": 1 << 20,
         "inter_host_min_chunk_bytes (DUMMY_COLLECTIVES_INTER_HOST_MIN_CHUNK_BYTES)": -1,

@@ -275,17 +275,19 @@ LeaderLinks::LeaderLinks(
   }
   acceptLaterMembers(listener, addresses, token, until, timeout, members[me]);
   if (hangUp_) {
-    std::lock_guard<std::mutex> lock(hangUp_->mu_);
+    std::vector<int> fds;
     for (const auto& peers : channels_) {
       for (const auto& peer : peers) {
         if (peer) {
-          hangUp_->fds_.push_back(peer->fd);
-          if (hangUp_->hungUp_) {
-            ::shutdown(peer->fd, SHUT_WR); // the group failed while they were made
-          }
+          fds.push_back(peer->fd);
         }
       }
     }
+    hangUpId_ = hangUp_->enlist([fds] {
+      for (const int fd : fds) {
+        ::shutdown(fd, SHUT_WR);
+      }
+    });
   }
 }
 
@@ -380,27 +382,7 @@ void LeaderLinks::acceptLaterMembers(
 
 LeaderLinks::~LeaderLinks() {
   if (hangUp_) {
-    // Before the connections close: their numbers may be reused at once.
-    std::lock_guard<std::mutex> lock(hangUp_->mu_);
-    auto& fds = hangUp_->fds_;
-    for (const auto& peers : channels_) {
-      for (const auto& peer : peers) {
-        if (peer) {
-          fds.erase(std::remove(fds.begin(), fds.end(), peer->fd), fds.end());
-        }
-      }
-    }
-  }
-}
-
-void LinkHangUp::now() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (hungUp_) {
-    return;
-  }
-  hungUp_ = true;
-  for (const int fd : fds_) {
-    ::shutdown(fd, SHUT_WR);
+    hangUp_->forget(hangUpId_); // before the connections close: their numbers may be reused
   }
 }
 

@@ -44,22 +44,6 @@ namespace dummy_collectives::hierarchy {
 // frame. (The price, near the noise: the data connection's first bulk, cold, cost three hosts'
 // 1 MiB all-gathers at 1 Gbit/s a few per cent; docs/benchmarks.md, "Records on a connection of
 // their own".)
-// Lets any thread tell a member's peers at once that it gave up on the group: it shuts the
-// sending side of every connection of the member's links, so a peer reads every frame sent
-// before, then the end of the stream -- in the stream's own order, after the last record the
-// member sent (agreement.cpp reads it so). The links register their connections while they
-// live; after that it does nothing.
-class LinkHangUp {
- public:
-  void now();
-
- private:
-  friend class LeaderLinks;
-  std::mutex mu_;
-  std::vector<int> fds_; // guarded by mu_
-  bool hungUp_ = false;  // guarded by mu_
-};
-
 // The links on TCP sockets of our own (PeerLinks, peer_links.hpp).
 class LeaderLinks final : public PeerLinks {
  public:
@@ -128,7 +112,8 @@ class LeaderLinks final : public PeerLinks {
   }
 
   int me_;
-  std::shared_ptr<LinkHangUp> hangUp_; // holds this member's connections while they live
+  std::shared_ptr<LinkHangUp> hangUp_; // shuts this member's connections' sending sides
+  int hangUpId_ = -1;
   // By channel (0: records; the last: data, the same one where records do not travel here),
   // then by member; null for this rank.
   std::vector<std::vector<std::unique_ptr<Peer>>> channels_;

@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -25,7 +28,7 @@ namespace dummy_collectives::hierarchy {
 //   broadcast);
 // - a peer that gives up is seen after the frames it sent before (endedAfterFrame), and a lost
 //   peer raises LinkLost naming it.
-// Implemented on TCP sockets of our own (leader_links.hpp).
+// Implemented on UCX (ucx_links.hpp) and on TCP sockets of our own (leader_links.hpp).
 class PeerLinks {
  public:
   // An exchange's record, a broadcast's one-way record, or data that follows an agreement (its
@@ -103,6 +106,43 @@ class LinkLost : public std::runtime_error {
 
  private:
   int member_;
+};
+
+// Lets any thread tell a member's peers at once that it gave up on the group, in each link's
+// own order: a peer reads every frame sent before, then learns it (agreement.cpp reads it so).
+// Each set of links enlists what hanging up does for it while it lives; links enlisted after
+// now() hang up at once.
+class LinkHangUp {
+ public:
+  void now() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (hungUp_) {
+      return;
+    }
+    hungUp_ = true;
+    for (auto& [id, hangUp] : actions_) {
+      hangUp();
+    }
+  }
+  // Returns the id that forget() takes.
+  int enlist(std::function<void()> hangUp) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (hungUp_) {
+      hangUp();
+    }
+    actions_.emplace(next_, std::move(hangUp));
+    return next_++;
+  }
+  void forget(int id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    actions_.erase(id);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, std::function<void()>> actions_; // guarded by mu_
+  int next_ = 0;                                 // guarded by mu_
+  bool hungUp_ = false;                          // guarded by mu_
 };
 
 } // namespace dummy_collectives::hierarchy

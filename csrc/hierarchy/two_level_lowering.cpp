@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -18,7 +19,8 @@
 #include "hierarchy/agreement.hpp"
 #include "hierarchy/cross_host_p2p.hpp"
 #include "hierarchy/in_host.hpp"
-#include "hierarchy/leader_links.hpp"
+#include "hierarchy/links_choice.hpp"
+#include "shm/wait_policy.hpp"
 #include "hierarchy/link_probe.hpp"
 #include "hierarchy/two_level.hpp"
 #include "c10d/this_process.hpp"
@@ -171,6 +173,7 @@ TwoLevelLowering::TwoLevelLowering(
       /*watch=*/topology_.localRank() == 0,
       topology_.hostCount());
   host_ = std::make_unique<InHostLevel>(hostShm_, *health_);
+  links_ = LinksChoice::decide(*options_, topology_, *store);
   const bool needsRail = topology_.uniform() || topology_.localRank() == 0;
   TORCH_CHECK(
       needsRail == static_cast<bool>(rail),
@@ -189,20 +192,28 @@ TwoLevelLowering::TwoLevelLowering(
       // to completion on this thread (pipeline.hpp, a blocking stage). One rank per host runs
       // one engine operation at a time (no pipeline): all its data goes on the links.
       const int railIndex = topology_.uniform() ? topology_.localRank() : 0;
-      std::unique_ptr<LeaderLinks> links;
+      std::unique_ptr<PeerLinks> links;
       try {
-        links = std::make_unique<LeaderLinks>(store, topology_.rail(railIndex),
-                                              topology_.host(), topology_.addresses(),
-                                              options_->timeout,
-                                              /*carriesRecords=*/topology_.localRank() == 0,
-                                              hangUp);
+        // The host's waits' policy (wait_policy.hpp): poll a while where ranks have a core
+        // each. Until the host's first exchange decides (a host of one rank never has one):
+        // shared where the machine's ranks outnumber its CPUs, or this host's this process's.
+        const bool guess = ranksOnMachine > static_cast<int>(std::thread::hardware_concurrency()) ||
+            topology_.localSize() > countCpus(affinityMask());
+        auto pollFor = [shm = hostShm_.get(), spinMicros = options_->spinMicros, guess] {
+          return WaitPolicy::make(shm->sharesCores().value_or(guess), spinMicros,
+                                  /*hostLevel=*/true)
+              .spin;
+        };
+        links = makeLinks(links_, store, topology_, railIndex, options_->timeout,
+                          /*carriesRecords=*/topology_.localRank() == 0, hangUp, pollFor);
       } catch (const std::exception& e) {
         C10_THROW_ERROR(DistBackendError,
                         c10::str("dummy_collectives: rank ", rank, " (",
                                  topology_.describeHost(topology_.host()), "): ", errorText(e),
-                                 " (DUMMY_COLLECTIVES_INTER_HOST_LINKS=0 sends everything "
+                                 " (DUMMY_COLLECTIVES_INTER_HOST=gloo sends everything "
                                  "between hosts through gloo)"));
       }
+      linksText_ = describeLinks(*links);
       rail_->useLinks(std::move(links), /*carryData=*/topology_.oneRankPerHost());
     }
   }
@@ -272,7 +283,7 @@ void TwoLevelLowering::logCreation(int me) const {
       : c10::str("leaders (hosts run different numbers of ranks; their local rank 0 carries "
                  "the cross-host stage, this rank ",
                  topology_.localRank() == 0 ? "among them)" : "not)");
-  DC_LOG(kInfo, me, "cross-host engine gloo (inter_host ", options_->interHost, ") over ", between,
+  DC_LOG(kInfo, me, "cross-host engine gloo over ", between,
          "; CUDA tensors cross hosts staged through host memory");
   const size_t inlined = levels_->settings.inlineBytes;
   DC_LOG(kInfo, me, "cross-host plan: up to ", bytes(inlined),
@@ -337,10 +348,9 @@ void TwoLevelLowering::logCreation(int me) const {
   }
   DC_LOG(kInfo, me, "cross-host records: ",
          linksBetweenHosts()
-             ? "the hosts' leaders' own TCP connections, read by the waiting thread (inter_host_links)"
-             : options_->interHostLinks
-             ? "gloo (inter_host_links is on, but some host's engine address is not IPv4)"
-             : "gloo (inter_host_links 0)");
+             ? c10::str("links of the hosts' leaders, driven by the waiting thread: ", links_.why,
+                        linksText_.empty() ? "" : c10::str("; this rank's: ", linksText_))
+             : links_.why);
   DC_LOG(kInfo, me, "cross-host plan: broadcasts send the root's host's record one way (as "
          "gloo's own broadcast; every other host checks it), with up to ",
          bytes(levels_->settings.oneWayBytes), " of data, larger data after the check; a "
@@ -349,8 +359,7 @@ void TwoLevelLowering::logCreation(int me) const {
 }
 
 bool TwoLevelLowering::linksBetweenHosts() const {
-  // Every rank decides alike: the option is the group's, the addresses every rank's.
-  return options_->interHostLinks && LeaderLinks::usable(topology_.addresses());
+  return links_.any(); // every rank decided alike (LinksChoice::decide)
 }
 
 std::string TwoLevelLowering::rankPlacement() const {

@@ -11,6 +11,7 @@
 #include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/fault_injection.hpp>
 #include "hierarchy/levels.hpp"
+#include "hierarchy/links_choice.hpp"
 #include <dummy_collectives/lowering.hpp>
 #include <dummy_collectives/options.hpp>
 
@@ -78,7 +79,7 @@ class TwoLevelLowering final : public Lowering {
     return topology_.hostOf(peer) == topology_.host();
   }
   // Whether the hosts' leaders carry the agreement's records on links of their own
-  // (leader_links.hpp): inter_host_links, where every host's engine address is IPv4.
+  // (links_choice.hpp).
   bool linksBetweenHosts() const;
   // The group ranks this rank can see to have died: its host's (shared memory). Another
   // host's ranks are for that host's ranks to see.
@@ -92,6 +93,8 @@ class TwoLevelLowering final : public Lowering {
   std::shared_ptr<ShmLowering> hostShm_;
   std::unique_ptr<GroupHealth> health_;
   std::unique_ptr<InHostLevel> host_;
+  LinksChoice links_;
+  std::string linksText_; // what this rank's links run on, where it has some
   std::unique_ptr<InterHostEngine> rail_;     // null: see the constructor
   std::unique_ptr<InterHostEngine> everyone_;
   std::unique_ptr<CrossHostP2P> p2p_; // send/recv across hosts, over everyone_

@@ -25,7 +25,7 @@ struct OptionRule {
   double low = 0;
   double high = 0;
   // kOneOf's names, unused ones null.
-  std::array<const char*, 4> choices{};
+  std::array<const char*, 5> choices{};
 };
 
 constexpr OptionRule anyValue() {
@@ -41,8 +41,12 @@ constexpr OptionRule autoOrAtLeast(double low) {
   return OptionRule{OptionRule::Kind::kAutoOrAtLeast, low, 0, {}};
 }
 constexpr OptionRule oneOf(
-    const char* a, const char* b, const char* c = nullptr, const char* d = nullptr) {
-  return OptionRule{OptionRule::Kind::kOneOf, 0, 0, {a, b, c, d}};
+    const char* a,
+    const char* b,
+    const char* c = nullptr,
+    const char* d = nullptr,
+    const char* e = nullptr) {
+  return OptionRule{OptionRule::Kind::kOneOf, 0, 0, {a, b, c, d, e}};
 }
 
 constexpr OptionRule algorithmSelection() {

@@ -1,5 +1,6 @@
 // Python bindings of what concerns the whole process rather than a group: the exit flush, the
-// debug log's level, the CPU's reduction kernels, the kernel's cross-memory copy, /dev/shm names.
+// debug log's level, the CPU's reduction kernels, the kernel's cross-memory copy, /dev/shm names,
+// the UCX library groups across hosts load.
 #include <torch/python.h>
 
 #include "shm/cross_memory.hpp"
@@ -7,6 +8,7 @@
 #include "c10d/exit_registry.hpp"
 #include "kernels/reduce_kernel.hpp"
 #include "shm/shm_segment.hpp"
+#include "ucx/ucx_api.hpp"
 
 #include "c10d/bindings/bindings.hpp"
 
@@ -38,6 +40,23 @@ void bindProcess(py::module_& m) {
       "in this process, as a fraction of memcpy's speed (0 where it cannot); peer access is "
       "used only at or above Options.peer_access_min_speed. Measured on the first call.",
       py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_set_ucx_wheel_library_dir",
+      &dummy_collectives::ucx::setWheelLibraryDir,
+      "Where the libucx wheel's libraries are (the package sets it at import).");
+  m.def(
+      "ucx_library",
+      [] {
+        std::string why;
+        if (!dummy_collectives::ucx::available(&why)) {
+          return py::dict(py::arg("loaded") = false, py::arg("why") = why);
+        }
+        const auto& api = dummy_collectives::ucx::api();
+        return py::dict(py::arg("loaded") = true, py::arg("version") = api.version,
+                        py::arg("path") = api.path, py::arg("why") = api.why);
+      },
+      "The UCX library groups across hosts use (loading it at the first call): {'loaded', "
+      "'version', 'path', 'why'} where it loads, {'loaded': False, 'why'} where it does not.");
   m.attr("SHM_NAME_PREFIX") = std::string(dummy_collectives::ShmSegment::kNamePrefix).substr(1);
 }
 

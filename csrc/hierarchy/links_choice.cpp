@@ -1,0 +1,87 @@
+#include "hierarchy/links_choice.hpp"
+
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
+#include <torch/csrc/distributed/c10d/exception.h>
+
+#include "hierarchy/leader_links.hpp"
+#include "hierarchy/ucx_links.hpp"
+#include "ucx/ucx_api.hpp"
+
+namespace dummy_collectives::hierarchy {
+namespace {
+
+std::string loadsKey(int host) {
+  return c10::str("dummy_collectives/ucx_loads/", host);
+}
+
+} // namespace
+
+LinksChoice LinksChoice::decide(
+    const BackendOptions& options, const Topology& topology, c10d::Store& store) {
+  const std::string& asked = options.interHost;
+  if (asked == "gloo") {
+    return {Engine::kNone, "gloo (inter_host gloo)"};
+  }
+  const bool socketsUsable = LeaderLinks::usable(topology.addresses());
+  if (asked == "sockets" || (asked == "auto" && socketsUsable)) {
+    // auto: on TCP our sockets still move bytes faster than UCX's TCP transport
+    // (docs/benchmarks.md, "UCX under the links").
+    if (!socketsUsable) {
+      return {Engine::kNone, "gloo (inter_host sockets, but some host's address is not IPv4)"};
+    }
+    return {Engine::kSockets, c10::str("the leaders' own TCP sockets (inter_host ", asked, ")")};
+  }
+  // ucx (or auto where sockets cannot be made): each host's leader says whether UCX loads
+  // there ("" where it does).
+  if (topology.localRank() == 0) {
+    std::string why;
+    const bool loads = ucx::available(&why);
+    const std::string said = loads ? "" : c10::str("-", why);
+    store.set(loadsKey(topology.host()), std::vector<uint8_t>(said.begin(), said.end()));
+  }
+  for (int host = 0; host < topology.hostCount(); ++host) {
+    const std::vector<uint8_t> said = store.get(loadsKey(host));
+    if (said.empty()) {
+      continue;
+    }
+    const std::string why(said.begin() + 1, said.end());
+    TORCH_CHECK_WITH(
+        DistBackendError, asked != "ucx", "dummy_collectives: rank ", topology.rank(),
+        ": inter_host is 'ucx', but UCX does not load on ", topology.describeHost(host), ": ",
+        why, " (DUMMY_COLLECTIVES_INTER_HOST=auto falls back on gloo)");
+    return {Engine::kNone,
+            c10::str("gloo (UCX does not load on ", topology.describeHost(host), ": ", why, ")")};
+  }
+  return {Engine::kUcx, c10::str("UCX (inter_host ", asked, ")")};
+}
+
+std::unique_ptr<PeerLinks> makeLinks(
+    const LinksChoice& choice,
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const Topology& topology,
+    int railIndex,
+    std::chrono::milliseconds timeout,
+    bool carriesRecords,
+    std::shared_ptr<LinkHangUp> hangUp,
+    std::function<std::chrono::nanoseconds()> pollFor) {
+  if (choice.engine == LinksChoice::Engine::kUcx) {
+    return std::make_unique<UcxLinks>(store, topology.rail(railIndex), topology.host(),
+                                      topology.addresses(), timeout, std::move(hangUp),
+                                      std::move(pollFor));
+  }
+  TORCH_CHECK(choice.engine == LinksChoice::Engine::kSockets,
+              "dummy_collectives: no links to make between hosts");
+  return std::make_unique<LeaderLinks>(store, topology.rail(railIndex), topology.host(),
+                                       topology.addresses(), timeout, carriesRecords,
+                                       std::move(hangUp));
+}
+
+std::string describeLinks(const PeerLinks& links) {
+  if (const auto* onUcx = dynamic_cast<const UcxLinks*>(&links)) {
+    return onUcx->describe();
+  }
+  return "the hosts' leaders' own TCP sockets";
+}
+
+} // namespace dummy_collectives::hierarchy

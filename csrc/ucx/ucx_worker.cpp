@@ -1,0 +1,183 @@
+#include "ucx/ucx_worker.hpp"
+
+#include <poll.h>
+
+#include <array>
+#include <cerrno>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+
+#include <c10/util/StringUtil.h>
+
+#include "ucx/ucx_api.hpp"
+
+namespace dummy_collectives::ucx {
+namespace {
+
+ucp_context_h makeContext() {
+  const Api& ucp = api();
+  ucp_config_t* config = nullptr;
+  check(ucp.ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  // UCX leaves out network interfaces that are Linux bridges unless told; a host whose address
+  // is on one (a VM host, a container's bridge) is as reachable as any other. The user's
+  // setting wins.
+  if (std::getenv("UCX_TCP_BRIDGE_ENABLE") == nullptr) {
+    ucp.ucp_config_modify(config, "TCP_BRIDGE_ENABLE", "y");
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 1; // groups on several threads make workers of one context
+  ucp_context_h context = nullptr;
+  unsigned major = 0, minor = 0, release = 0;
+  ucp.ucp_get_version(&major, &minor, &release);
+  // The API version asked for is the library's where it is older than these headers: every
+  // field this build sets is behind a field mask that older libraries know.
+  const ucs_status_t status = ucp.ucp_init_version(
+      UCP_API_MAJOR, std::min<unsigned>(minor, UCP_API_MINOR), &params, config, &context);
+  ucp.ucp_config_release(config);
+  check(status, "ucp_init");
+  return context;
+}
+
+} // namespace
+
+ucp_context_h context() {
+  static ucp_context_h made = makeContext(); // a throw leaves it to the next call
+  return made;
+}
+
+Worker::Worker() {
+  const Api& ucp = api();
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // Any thread may hang the links up while another waits on them (LinkHangUp).
+  params.thread_mode = UCS_THREAD_MODE_MULTI;
+  check(ucp.ucp_worker_create(context(), &params, &worker_), "ucp_worker_create");
+  const ucs_status_t status = ucp.ucp_worker_get_efd(worker_, &eventFd_);
+  if (status != UCS_OK) {
+    ucp.ucp_worker_destroy(worker_);
+    check(status, "ucp_worker_get_efd");
+  }
+}
+
+Worker::~Worker() {
+  closeAll();
+  api().ucp_worker_destroy(worker_);
+}
+
+std::vector<uint8_t> Worker::address() const {
+  const Api& ucp = api();
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  check(ucp.ucp_worker_get_address(worker_, &address, &length), "ucp_worker_get_address");
+  const auto* bytes = reinterpret_cast<const uint8_t*>(address);
+  std::vector<uint8_t> copy(bytes, bytes + length);
+  ucp.ucp_worker_release_address(worker_, address);
+  return copy;
+}
+
+void Worker::connect(int index, const std::vector<uint8_t>& address) {
+  if (static_cast<int>(endpoints_.size()) <= index) {
+    endpoints_.resize(index + 1);
+  }
+  Endpoint& endpoint = endpoints_[index];
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = [](void* lost, ucp_ep_h, ucs_status_t status) {
+    static_cast<std::atomic<int>*>(lost)->store(status);
+  };
+  params.err_handler.arg = endpoint.lost.get();
+  check(api().ucp_ep_create(worker_, &params, &endpoint.ep), "ucp_ep_create");
+}
+
+void Worker::closeAll() {
+  const Api& ucp = api();
+  std::vector<ucs_status_ptr_t> closing;
+  for (auto& endpoint : endpoints_) {
+    if (endpoint.ep == nullptr) {
+      continue;
+    }
+    ucp_request_param_t params{};
+    params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    params.flags = UCP_EP_CLOSE_FLAG_FORCE; // no goodbye: a peer may be gone already
+    const ucs_status_ptr_t request = ucp.ucp_ep_close_nbx(endpoint.ep, &params);
+    if (UCS_PTR_IS_PTR(request)) {
+      closing.push_back(request);
+    }
+    endpoint.ep = nullptr;
+  }
+  for (const ucs_status_ptr_t request : closing) {
+    while (ucp.ucp_request_check_status(request) == UCS_INPROGRESS) {
+      ucp.ucp_worker_progress(worker_);
+    }
+    ucp.ucp_request_free(request);
+  }
+}
+
+std::string Worker::lostReason(int index) const {
+  const auto status = static_cast<ucs_status_t>(endpoints_.at(index).lost->load());
+  return status == UCS_OK ? "" : api().ucs_status_string(status);
+}
+
+std::string Worker::transports(int index) const {
+  const ucp_ep_h ep = endpoints_.at(index).ep;
+  if (ep == nullptr) {
+    return "";
+  }
+  std::array<ucp_transport_entry_t, 8> entries{};
+  ucp_ep_attr_t attr{};
+  attr.field_mask = UCP_EP_ATTR_FIELD_TRANSPORTS;
+  attr.transports.entries = entries.data();
+  attr.transports.num_entries = entries.size();
+  attr.transports.entry_size = sizeof(ucp_transport_entry_t);
+  if (api().ucp_ep_query(ep, &attr) != UCS_OK) {
+    return "";
+  }
+  std::string text;
+  for (unsigned i = 0; i < attr.transports.num_entries; ++i) {
+    const std::string entry = c10::str(entries[i].transport_name, "/", entries[i].device_name);
+    if (text.find(entry) == std::string::npos) {
+      text += (text.empty() ? "" : ", ") + entry;
+    }
+  }
+  return text;
+}
+
+void Worker::progress() {
+  const Api& ucp = api();
+  while (ucp.ucp_worker_progress(worker_) != 0) {
+  }
+}
+
+bool Worker::sleepUntil(std::chrono::steady_clock::time_point until) {
+  const ucs_status_t armed = api().ucp_worker_arm(worker_);
+  if (armed == UCS_ERR_BUSY) {
+    return true; // events came in meanwhile
+  }
+  check(armed, "ucp_worker_arm");
+  int waitMs = -1;
+  if (until != std::chrono::steady_clock::time_point::max()) {
+    const auto left = until - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) {
+      return false;
+    }
+    // Rounded up: a wait rounded down to 0 ms would spin until the deadline.
+    waitMs = static_cast<int>(
+        std::chrono::ceil<std::chrono::milliseconds>(left).count());
+  }
+  pollfd events{eventFd_, POLLIN, 0};
+  const int ready = ::poll(&events, 1, waitMs);
+  if (ready < 0 && errno != EINTR) {
+    throw std::runtime_error(c10::str("poll on UCX's event fd: ", std::strerror(errno)));
+  }
+  return ready != 0;
+}
+
+} // namespace dummy_collectives::ucx
