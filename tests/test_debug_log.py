@@ -181,7 +181,8 @@ def test_info_describes_each_group_once_on_every_rank(
                      r"raised: 2 hosts of one rank.*\) ride with the agreement \(one exchange\); "
                      r"larger messages cross hosts whole, in one engine operation",
                      "cross-host plan")  # fmt: skip
-        require_line(log, r"cross-host records: the hosts' leaders' own TCP connections",
+        require_line(log, r"cross-host records: links of the hosts' leaders, driven by the "
+                     r"waiting thread: the leaders' own TCP sockets \(inter_host auto\)",
                      "leader links")  # fmt: skip
         require_line(log, r"cross-host plan: broadcasts send the root's host's record one way "
                      r".* with up to 1 MiB of data, larger data after the check",
@@ -298,3 +299,25 @@ def test_an_unknown_level_warns_once_and_means_warn() -> None:
         r"INFO or TRACE; using WARN$",
         warnings[0],
     ), warnings[0]
+
+
+def test_info_names_the_ucx_library_and_transports_the_links_run_on(
+    log_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import dummy_collectives
+
+    loaded = dummy_collectives.ucx_library()
+    if not loaded["loaded"]:
+        pytest.skip(f"UCX does not load here: {loaded['why']}")
+    log_env.setenv("DUMMY_COLLECTIVES_DEBUG", "info")
+    log_env.setenv("DUMMY_COLLECTIVES_DEBUG_FILE", str(tmp_path / "dc.%h.%p.log"))
+    log_env.setenv("DUMMY_COLLECTIVES_INTER_HOST", "ucx")
+    job = faultjob.run_job(2, one_host_then_two_hosts, timeout_s=60)
+    assert all(r.returned for r in job.ranks), job.report()
+    for r in range(2):
+        log = (tmp_path / f"dc.{HOST}.{job[r].value}.log").read_text()
+        # What loaded, from where and why, and the transport UCX chose to the peer.
+        require_line(log, rf"cross-host records: links of the hosts' leaders, driven by the "
+                     rf"waiting thread: UCX \(inter_host ucx\); this rank's: UCX "
+                     rf"{re.escape(loaded['version'])} \({re.escape(loaded['why'])}: "
+                     rf"{re.escape(loaded['path'])}\), \w+/\S+", "UCX links")  # fmt: skip
