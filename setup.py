@@ -11,13 +11,17 @@ DUMMY_COLLECTIVES_SANITIZE=address builds with AddressSanitizer, for tools/asan_
 runs the tests on such a build in a copy of the tree).
 Install with: pip install --no-build-isolation -e .   (or: pip wheel --no-build-isolation .)
 Compiled objects are kept under build/ (one folder per torch), so a rebuild recompiles only what
-changed; `pip install -v ...` shows the compiler's progress.
+changed; `pip install -v ...` shows the compiler's progress. With GCC, torch's headers are
+precompiled there first (csrc/precompiled.hpp); DUMMY_COLLECTIVES_PCH=0 builds without that.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,6 +59,7 @@ except ImportError:
         "`pip install torch==2.13.0`), then build without build isolation: "
         "`pip install --no-build-isolation .` (or `-e .`, or `pip wheel --no-build-isolation .`)."
     )
+import torch.utils.cpp_extension as cpp_extension  # noqa: E402
 from setuptools import setup  # noqa: E402
 from torch.utils.cpp_extension import (  # noqa: E402
     CUDA_HOME,
@@ -160,6 +165,70 @@ extension = extension_type(
 )
 
 
+PRECOMPILED = ROOT / "csrc" / "precompiled.hpp"
+
+
+def depfile_inputs(depfile: Path) -> list[Path]:
+    """The inputs a compiler's Makefile-style depfile (-MD -MF) lists."""
+    text = depfile.read_text().replace("\\\n", " ")
+    inputs = re.split(r"(?<!\\)\s+", text.partition(": ")[2].strip())
+    return [Path(name.replace("\\ ", " ")) for name in inputs if name]
+
+
+def precompile_header(cflags: list[str], post_cflags: list[str], build_dir: str) -> list[str]:
+    """Precompiles csrc/precompiled.hpp under build_dir with the flags ninja compiles the .cpp files
+    with (torch's cflags and post_cflags, already shell-quoted), and returns the flags that
+    force-include it; nothing where that is not possible, so the build goes on without it.
+
+    A GCC precompiled header is used only where the flags match; -Winvalid-pch says so in the log
+    where they do not, and GCC then parses the header instead. The .gch is rebuilt when its
+    command or any header it read changed (its depfile), as ninja does for objects.
+    """
+    compiler = getattr(cpp_extension, "get_cxx_compiler", lambda: os.environ.get("CXX", "c++"))()
+    is_gcc = getattr(cpp_extension, "check_compiler_is_gcc", lambda _: False)
+    if not is_gcc(compiler):
+        return []
+    folder = Path(build_dir) / "pch"
+    # A stub that includes the header: GCC takes `#pragma GCC system_header` only in an included
+    # file, and looks for the .gch beside the file named by -include.
+    stub, gch = folder / PRECOMPILED.name, folder / f"{PRECOMPILED.name}.gch"
+    depfile, stamp = folder / f"{gch.name}.d", folder / f"{gch.name}.cmd"
+    folder.mkdir(parents=True, exist_ok=True)
+    text = f'#include "{PRECOMPILED}"\n'
+    if not stub.exists() or stub.read_text() != text:
+        stub.write_text(text)
+    # -MD, not -MMD: the depfile must list torch's headers, system headers here.
+    command = " ".join(
+        [shlex.quote(compiler), *cflags, "-x", "c++-header", shlex.quote(str(stub))]
+        + ["-o", shlex.quote(str(gch)), *post_cflags, "-Winvalid-pch"]
+        + ["-MD", "-MF", shlex.quote(str(depfile))]
+    )
+    # The compiler's version too: GCC takes only a .gch that the same GCC made.
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    signature = f"{command}\n{version}"
+    # -fpch-deps: the objects' depfiles list the headers the .gch read, for ninja to recompile
+    # them when one changes.
+    flags = ["-Winvalid-pch", "-fpch-deps", "-include", shlex.quote(str(stub))]
+    try:
+        built = gch.stat().st_mtime_ns
+        if stamp.read_text() == signature and all(
+            path.stat().st_mtime_ns <= built for path in depfile_inputs(depfile)
+        ):
+            return flags
+    except OSError:
+        pass  # missing: build it
+    print(f"dummy_collectives: precompiling {PRECOMPILED.relative_to(ROOT)}", flush=True)
+    stamp.unlink(missing_ok=True)
+    done = subprocess.run(command, shell=True, capture_output=True, text=True)
+    print(f"{done.stdout}{done.stderr}", end="", flush=True)
+    if done.returncode != 0:
+        gch.unlink(missing_ok=True)
+        print("dummy_collectives: could not precompile the header; building without it", flush=True)
+        return []
+    stamp.write_text(signature)
+    return flags
+
+
 class BuildKeepingObjects(BuildExtension):
     """BuildExtension whose objects stay under build/ between builds.
 
@@ -174,6 +243,34 @@ class BuildKeepingObjects(BuildExtension):
         tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}"
         tag += f"-{sanitize}" if sanitize else ""
         self.build_temp = str(ROOT / "build" / f"objects-{tag}")
+
+    def build_extensions(self) -> None:
+        """Builds with csrc/precompiled.hpp precompiled, where it can.
+
+        torch composes the compile flags inside its build_extensions and hands them to
+        _write_ninja_file_and_compile_objects, which writes build.ninja and runs ninja: wrapping
+        that function lets the header be precompiled with exactly those flags first.
+        """
+        compile_objects = getattr(cpp_extension, "_write_ninja_file_and_compile_objects", None)
+        if compile_objects is None or os.environ.get("DUMMY_COLLECTIVES_PCH", "1") == "0":
+            super().build_extensions()
+            return
+
+        def with_precompiled_header(*args: object, **kwargs: object) -> object:
+            names = {"cflags", "post_cflags", "build_directory"}
+            if not args and names <= kwargs.keys():  # else a torch that calls it otherwise
+                post_cflags = list(kwargs["post_cflags"] or [])
+                flags = precompile_header(
+                    list(kwargs["cflags"] or []), post_cflags, str(kwargs["build_directory"])
+                )
+                kwargs["post_cflags"] = post_cflags + flags  # cxx only: nvcc's are cuda_*
+            return compile_objects(*args, **kwargs)
+
+        cpp_extension._write_ninja_file_and_compile_objects = with_precompiled_header
+        try:
+            super().build_extensions()
+        finally:
+            cpp_extension._write_ninja_file_and_compile_objects = compile_objects
 
 
 setup(
