@@ -20,10 +20,10 @@ namespace dummy_collectives::hierarchy {
 // records (agreement.hpp), driven on the thread that waits.
 //
 // Why not gloo: a gloo operation hands off between threads twice on each side (the caller to
-// gloo's worker, its network loop to the worker, the worker back to the caller). A record's
-// round trip between two hosts of one rank took 0.3-0.5 ms through gloo and 23 us through a
-// socket that the waiting thread reads itself (tools/leader_link_latency.py), and every
-// collective across hosts begins with one. gloo's transport is not reachable from an extension
+// gloo's worker, its network loop to the worker, the worker back to the caller), so a record's
+// round trip costs several times what it costs on a socket the waiting thread reads itself
+// (docs/benchmarks.md, "The leaders' own links"), and every collective across hosts begins
+// with one. gloo's transport is not reachable from an extension
 // (torch's wheel ships no gloo headers), so the links are plain sockets, made here.
 //
 // Each message is a frame: its kind, its length, its bytes. A receive takes one frame from its
@@ -37,13 +37,10 @@ namespace dummy_collectives::hierarchy {
 // and one-way records) on one, data on the other. A TCP connection's congestion control keeps
 // what the connection's past traffic taught it: under BBR (Linux's common choice) a connection
 // that carried bulk data both ways at a shaped 1 Gbit/s paced the next small records at that
-// estimate and its probing cycle, not at the link's speed. On one connection a 64 KiB broadcast
-// after large allreduces ran 590-608 us against gloo's 546 us (2x1 at 1 Gbit/s, 5 passes); with
-// cubic, or with records on a connection of their own, 545-546 us. Records are what every
-// collective waits for first; data follows an agreement, so each channel still pairs frame by
-// frame. (The price, near the noise: the data connection's first bulk, cold, cost three hosts'
-// 1 MiB all-gathers at 1 Gbit/s a few per cent; docs/benchmarks.md, "Records on a connection of
-// their own".)
+// estimate and its probing cycle, not at the link's speed, which records on a connection of
+// their own avoid. Records are what every collective waits for first; data follows an
+// agreement, so each channel still pairs frame by frame (docs/benchmarks.md, "Records on a
+// connection of their own", has the measurements and the price).
 // The links on TCP sockets of our own (PeerLinks, peer_links.hpp).
 class LeaderLinks final : public PeerLinks {
  public:

@@ -17,11 +17,9 @@
 // A host level of a group across hosts (two_level_lowering.cpp) whose ranks share cores skips
 // the yield phase: what its waits wait for is often a leader's cross-host step, and a waiter
 // yielding for 2 ms takes the core from the thread doing the network I/O and the kernel's packet
-// work (perf, 2 hosts x 2 ranks, a core per host, 16 MiB broadcast: 14% of each host's core in
-// sched_yield). Sleeping at once, alternated over 2x2, 3+1 and 1+3: 16 MiB broadcast 1.58x ->
-// 1.93x gloo, 3+1's 16 MiB allreduce 1.07x -> 1.84x, 1+3's 1.03x -> 1.98x; 2x2's 4 B allreduce
-// 151 -> 201 us (still 6x gloo). On one host the yield phase stays: there it is what lets 4 or
-// 8 ranks on 2 cores run (sleeping at once: 1.1-4x slower at every size).
+// work; sleeping at once made large collectives across hosts faster at a small cost to tiny
+// ones (docs/benchmarks.md, "Waiting"). On one host the yield phase stays: there it is what lets
+// 4 or 8 ranks on 2 cores run (sleeping at once was slower at every size).
 //
 // Whether ranks outnumber cores is a property of the group, not of one rank: ranks pinned to a
 // core each (taskset, numactl, a launcher's CPU binding) may each run on one CPU, yet no two
