@@ -41,11 +41,17 @@ Api open(const std::string& file, int extraFlags, const std::string& why) {
     const char* error = ::dlerror();
     throw std::runtime_error(error ? error : "not loaded");
   }
+  // A refused library is closed again, so its libucs/libuct do not stand in for the next
+  // candidate's (they share sonames).
+  auto refuse = [&](const std::string& why) {
+    ::dlclose(handle);
+    throw std::runtime_error(why);
+  };
   Api api;
 #define DC_UCX_FUNCTION(name)                                                    \
   api.name = reinterpret_cast<decltype(api.name)>(::dlsym(handle, #name));       \
   if (api.name == nullptr) {                                                     \
-    throw std::runtime_error(c10::str(file, " has no ", #name));                 \
+    refuse(c10::str(file, " has no ", #name));                                   \
   }
 #include "ucx/ucx_functions.def"
 #undef DC_UCX_FUNCTION
@@ -53,8 +59,8 @@ Api open(const std::string& file, int extraFlags, const std::string& why) {
   api.ucp_get_version(&major, &minor, &release);
   api.version = c10::str(major, ".", minor, ".", release);
   if (major != UCP_API_MAJOR || minor < kMinimumMinor) {
-    throw std::runtime_error(c10::str(file, " is UCX ", api.version, "; dummy_collectives needs ",
-                                      UCP_API_MAJOR, ".", kMinimumMinor, " or newer"));
+    refuse(c10::str(file, " is UCX ", api.version, "; dummy_collectives needs ", UCP_API_MAJOR,
+                    ".", kMinimumMinor, " or newer"));
   }
   Dl_info info{};
   api.path = ::dladdr(reinterpret_cast<void*>(api.ucp_get_version), &info) && info.dli_fname
