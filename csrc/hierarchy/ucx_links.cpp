@@ -55,16 +55,18 @@ struct UcxLinks::Request {
   bool receive = false;
   bool done = false;
   ucs_status_t status = UCS_OK;
-  size_t length = 0; // a receive's message length
+  size_t length = 0;     // a receive's message length
+  uint64_t senderTag = 0; // a receive's message's tag
 
   // Records a call's result: done at once (a status) or a request to check.
-  void posted(ucs_status_ptr_t result, size_t immediateLength) {
+  void posted(ucs_status_ptr_t result, const ucp_tag_recv_info_t& immediate) {
     if (UCS_PTR_IS_PTR(result)) {
       handle = result;
     } else {
       done = true;
       status = UCS_PTR_STATUS(result);
-      length = immediateLength;
+      length = immediate.length;
+      senderTag = immediate.sender_tag;
     }
   }
   // Whether it is done; a receive's length lands in `length`.
@@ -77,6 +79,7 @@ struct UcxLinks::Request {
       ucp_tag_recv_info_t info{};
       status = ucp.ucp_tag_recv_request_test(handle, &info);
       length = info.length;
+      senderTag = info.sender_tag;
     } else {
       status = ucp.ucp_request_check_status(handle);
     }
@@ -99,7 +102,8 @@ void postSend(UcxLinks::Request& request, ucp_ep_h ep, const void* data, size_t 
   params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
   params.datatype = ucp_dt_make_contig(1);
   request.receive = false;
-  request.posted(ucx::api().ucp_tag_send_nbx(ep, data, length, tag, &params), length);
+  request.posted(ucx::api().ucp_tag_send_nbx(ep, data, length, tag, &params),
+                 ucp_tag_recv_info_t{tag, length});
 }
 
 // Takes the probed `message` (of `length` bytes) into `data`.
@@ -113,7 +117,21 @@ void postReceive(UcxLinks::Request& request, ucp_worker_h worker, void* data, si
   const ucs_status_ptr_t result =
       ucx::api().ucp_tag_msg_recv_nbx(worker, data, length, message, &params);
   request.receive = true;
-  request.posted(result, info.length);
+  request.posted(result, info);
+}
+
+// Posts a receive of the message tagged `tag` (under `mask`) into `length` bytes at `data`.
+void postExpected(UcxLinks::Request& request, ucp_worker_h worker, void* data, size_t length,
+                  uint64_t tag, uint64_t mask) {
+  ucp_tag_recv_info_t info{};
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO;
+  params.datatype = ucp_dt_make_contig(1);
+  params.recv_info.tag_info = &info;
+  const ucs_status_ptr_t result =
+      ucx::api().ucp_tag_recv_nbx(worker, data, length, tag, mask, &params);
+  request.receive = true;
+  request.posted(result, info);
 }
 
 } // namespace
@@ -248,14 +266,13 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
     at::Tensor slot;
     uint32_t first = 0;
     Pieces pieces;
-    size_t probed = 0;  // pieces found and posted, in order
+    size_t probed = 0;  // pieces posted (a record's: once found), in order
     size_t landed = 0;  // pieces wholly received, in order
-    // A record longer than its slot, or a message of another kind or size, lands here: the
-    // current piece's, where `aside`; what the probe said of it.
+    // A record longer than its slot, or of another kind, lands here, where `aside`; the kind
+    // the probe saw.
     at::Tensor spill;
     bool aside = false;
     uint64_t asideKind = 0;
-    uint64_t asideLength = 0;
   };
 
   // One pass over every message; true when the operation is done (or ended early).
@@ -299,9 +316,12 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
     }
   }
 
-  // Moves `in` on; false where the operation ends here (a frame of another kind or size). Every
-  // piece that has arrived is taken at once, so a large frame's pieces move side by side.
+  // Moves `in` on; false where the operation ends here (a frame of another kind or size). A
+  // record is probed for before it is taken: it may be of another kind, or longer than its slot.
   bool receive(Incoming& in) {
+    if (kind_ == Kind::kData) {
+      return receiveData(in);
+    }
     const ucx::Api& ucp = ucx::api();
     while (in.probed < in.pieces.size() && !in.aside) {
       const size_t k = in.probed;
@@ -320,8 +340,7 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
         postReceive(*request, links_.worker_->handle(), nullptr, 0, message);
         links_.lost(in.member, "it hung up (its group failed)");
       }
-      if (kind == wireKind() && static_cast<int64_t>(info.length) <= in.slot.numel() &&
-          (kind_ != Kind::kData || static_cast<int64_t>(info.length) == pieceBytes(in, k))) {
+      if (kind == wireKind() && static_cast<int64_t>(info.length) <= in.slot.numel()) {
         request->keep = in.slot;
         postReceive(*request, links_.worker_->handle(),
                     static_cast<char*>(in.slot.data_ptr()) + k * kPieceBytes, info.length,
@@ -333,7 +352,6 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
         request->keep = in.spill;
         in.aside = true;
         in.asideKind = kind;
-        in.asideLength = info.length;
         postReceive(*request, links_.worker_->handle(), in.spill.data_ptr(), info.length,
                     message);
       }
@@ -358,6 +376,46 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
     return true;
   }
 
+  // Data pairs by construction (its sizes were agreed), so each piece's receive is posted at
+  // once, into its place in the slot: UCX matches it as it arrives, with no probe and no copy
+  // aside. A hang-up or a message of another size matches it too, and ends the operation.
+  bool receiveData(Incoming& in) {
+    const ucx::Api& ucp = ucx::api();
+    for (; in.probed < in.pieces.size(); ++in.probed) {
+      const size_t k = in.probed;
+      auto& request = in.pieces[k];
+      request = std::make_unique<Request>();
+      request->keep = in.slot;
+      postExpected(*request, links_.worker_->handle(),
+                   static_cast<char*>(in.slot.data_ptr()) + k * kPieceBytes,
+                   static_cast<size_t>(pieceBytes(in, k)), tagOf(0, channel_, in.member, in.first + k),
+                   kAnyKind);
+    }
+    while (in.landed < in.probed && in.pieces[in.landed]->test()) {
+      const size_t k = in.landed;
+      const Request& request = *in.pieces[k];
+      if (request.status == UCS_OK && kindOf(request.senderTag) == kHangUp) {
+        links_.lost(in.member, "it hung up (its group failed)");
+      }
+      const bool truncated = request.status == UCS_ERR_MESSAGE_TRUNCATED;
+      if (request.status != UCS_OK && !truncated) {
+        links_.lost(in.member, ucp.ucs_status_string(request.status));
+      }
+      if (truncated || static_cast<int64_t>(request.length) != pieceBytes(in, k)) {
+        wrongSize_ = WrongSize{in.member, request.length, pieceBytes(in, k)};
+        links_.breakLinks("a data frame of another size than its receive arrived");
+        done_ = true;
+        links_.busy_ = false;
+        return false;
+      }
+      ++in.landed;
+    }
+    if (in.landed < in.pieces.size()) {
+      failIfLost(in.member);
+    }
+    return true;
+  }
+
   // A message that is not this receive's arrived in place of piece `k`; false.
   bool ended(Incoming& in, size_t k) {
     const int64_t copied = std::min(in.spill.numel(), in.slot.numel() - int64_t(k) * kPieceBytes);
@@ -368,9 +426,6 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
     if (in.asideKind != wireKind()) {
       otherKindFrom_ = in.member;
       links_.breakLinks("a frame of another collective's kind arrived");
-    } else if (kind_ == Kind::kData) {
-      wrongSize_ = WrongSize{in.member, in.asideLength, pieceBytes(in, k)};
-      links_.breakLinks("a data frame of another size than its receive arrived");
     } else {
       ++in.landed; // a record longer than its slot: the slot holds its first bytes
       in.spill = at::Tensor();
