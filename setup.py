@@ -157,10 +157,12 @@ extension = extension_type(
     extra_compile_args={
         # -g0: Python's own flags ask for debug info (-g), which made the library 47 MB and
         # every compile slower; the library is stripped at link anyway.
+        # -ffp-contract=off / --fmad=false: no fused multiply-adds, so a reduction's bits are the
+        # same whichever instruction set or device folds it (reduce_ops.hpp).
         "cxx": (["-O1", "-g", *sanitizer_flags] if sanitize else ["-O3", "-g0"])
-        + ["-fvisibility=hidden", "-Wall", "-Wno-unused-parameter"],
+        + ["-fvisibility=hidden", "-Wall", "-Wno-unused-parameter", "-ffp-contract=off"],
         # c10::complex and c10::Half call constexpr host functions from device code.
-        "nvcc": ["-O3", "--expt-relaxed-constexpr"],
+        "nvcc": ["-O3", "--expt-relaxed-constexpr", "--fmad=false"],
     },
 )
 

@@ -2,6 +2,9 @@
 
 // The element-wise folding operations, shared by the CPU reduction loops (reduce_loops.inc) and
 // the CUDA reduction kernels (csrc/cuda/device_reduce.cu), so both compute bit-identical results.
+// That also needs the builds' -ffp-contract=off / --fmad=false: a fused multiply-add (in a
+// complex product, in PREMUL_SUM) rounds once where the plain instructions round twice, so
+// without them an AVX2 host, an AVX-512 host and a GPU would fold to different bits.
 
 #include <cstdint>
 #include <type_traits>
@@ -63,17 +66,47 @@ struct Accumulator<c10::BFloat16> {
   using type = float;
 };
 
+// The real type of a complex one; itself for the others.
+template <typename T>
+struct RealOf {
+  using type = T;
+};
+template <typename R>
+struct RealOf<c10::complex<R>> {
+  using type = R;
+};
+
 struct Sum {
   template <typename A>
   DC_HOST_DEVICE A operator()(A a, A b) const {
     return a + b;
   }
 };
+// A complex product rounded as written, (ac - bd) + (ad + bc)i, each product rounded on its
+// own. GCC's vectorizer turns c10::complex's product into fused multiply-add/subtract
+// instructions even under -ffp-contract=off, which round differently on AVX2 and AVX-512 hosts
+// than on others; the volatile products keep it from vectorizing this rare case at all.
+template <typename A>
+DC_HOST_DEVICE A complexProduct(A x, A y) {
+#if defined(__CUDA_ARCH__)
+  return x * y; // nvcc fuses nothing under --fmad=false
+#else
+  using R = typename A::value_type;
+  volatile R ac = x.real() * y.real();
+  volatile R bd = x.imag() * y.imag();
+  volatile R ad = x.real() * y.imag();
+  volatile R bc = x.imag() * y.real();
+  return A(ac - bd, ad + bc);
+#endif
+}
+
 struct Product {
   template <typename A>
   DC_HOST_DEVICE A operator()(A a, A b) const {
     if constexpr (std::is_same_v<A, bool>) {
       return a && b;
+    } else if constexpr (c10::is_complex<A>::value) {
+      return complexProduct(a, b);
     } else {
       return a * b;
     }
