@@ -388,8 +388,8 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
       request->keep = in.slot;
       postExpected(*request, links_.worker_->handle(),
                    static_cast<char*>(in.slot.data_ptr()) + k * kPieceBytes,
-                   static_cast<size_t>(pieceBytes(in, k)), tagOf(0, channel_, in.member, in.first + k),
-                   kAnyKind);
+                   static_cast<size_t>(pieceBytes(in, k)),
+                   tagOf(0, channel_, in.member, in.first + k), kAnyKind);
     }
     while (in.landed < in.probed && in.pieces[in.landed]->test()) {
       const size_t k = in.landed;

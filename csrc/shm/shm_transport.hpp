@@ -42,8 +42,8 @@ struct GroupSetting {
 
 // Where this transport's ranks stand: how its messages name them, and how many ranks share this
 // machine's CPUs. Empty (the default) for a group of its own, whose ranks are named by their
-// rank in it; set where the transport carries one host of a group that spans hosts
-// (HierarchicalBackend).
+// rank in it; set where the transport carries one host of a group that spans hosts (the
+// two-level lowering, hierarchy/two_level_lowering.hpp).
 struct Placement {
   // The whole group's rank of each rank of this transport: what messages call it (empty: its own
   // ranks).
@@ -74,7 +74,7 @@ struct GroupJoin {
 // to map removes the name.
 //
 // By concern: the segment and the step protocol are in shm_transport.cpp, the segment's layout
-// in csrc/shm_layout.hpp, liveness and the group's abort in shm_liveness.cpp, how waits spend
+// in shm_layout.hpp, liveness and the group's abort in shm_liveness.cpp, how waits spend
 // their time in wait_policy.hpp, and the group's vote on peer access in peer_access.hpp.
 class ShmTransport final : public Transport {
  public:
@@ -230,7 +230,7 @@ class ShmTransport final : public Transport {
   GroupJoin join_;
   // DUMMY_COLLECTIVES_FAULT_INJECT (tests): the fault this rank injects, and the step of the
   // current collective at which it fires (0: none). Never set for a host level, whose
-  // collectives are steps of its group's (HierarchicalBackend injects those).
+  // collectives are steps of its group's (the two-level lowering injects those).
   std::optional<fault_injection::Fault> fault_;
   int faultStep_ = 0;
   uint64_t nextStep_ = 0; // the step writeSlot() fills; all ranks count the same steps

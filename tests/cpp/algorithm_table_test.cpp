@@ -97,7 +97,8 @@ TEST(AlgorithmTable, DefaultsOfTwoHostsOfOneRank) {
   const AlgorithmTable table(layout, settingsFor(layout), "");
   expectCoversEverySize(table, layout);
   EXPECT_EQ(table.choose(Collective::kAllreduce, 4), Algorithm::kAllreduceRecords);
-  EXPECT_EQ(table.choose(Collective::kAllreduce, kFewHostsInlineBytes), Algorithm::kAllreduceRecords);
+  EXPECT_EQ(table.choose(Collective::kAllreduce, kFewHostsInlineBytes),
+            Algorithm::kAllreduceRecords);
   EXPECT_EQ(table.choose(Collective::kAllreduce, kFewHostsInlineBytes + 1),
             Algorithm::kAllreduceSegments);
   EXPECT_EQ(table.choose(Collective::kBroadcast, kOneWayBytes), Algorithm::kBroadcastRecord);
