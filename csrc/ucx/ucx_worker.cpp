@@ -27,6 +27,15 @@ ucp_context_h makeContext() {
   if (std::getenv("UCX_TCP_BRIDGE_ENABLE") == nullptr) {
     ucp.ucp_config_modify(config, "TCP_BRIDGE_ENABLE", "y");
   }
+  // TCP moves a message in segments, a system call each: UCX's default segment suits latency
+  // between processes that exchange little, ours carry whole tensors, for which 64 KiB (what a
+  // NIC's segmentation offload takes at once) costs an eighth of the calls
+  // (docs/benchmarks.md, "UCX under the links"). The user's settings win.
+  for (const char* name : {"TCP_TX_SEG_SIZE", "TCP_RX_SEG_SIZE"}) {
+    if (std::getenv(c10::str("UCX_", name).c_str()) == nullptr) {
+      ucp.ucp_config_modify(config, name, "64k");
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
