@@ -14,6 +14,7 @@ Run (2 CPU ranks; --backend gloo runs the same training over gloo):
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 import torch.distributed as dist
@@ -43,17 +44,19 @@ def main() -> None:
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
     losses: list[float] = []
+    step_ends: list[float] = []
     for _, batch in zip(range(args.steps), loader, strict=False):
         loss = model(input_ids=batch, labels=batch).loss
         accelerator.backward(loss)  # DDP all-reduces the gradients over the default group
         optimizer.step()
         optimizer.zero_grad()
         losses.append(accelerator.gather(loss.detach()).mean().item())
+        step_ends.append(time.perf_counter())
 
     backend = dist.get_backend()
     state = accelerator.unwrap_model(model).state_dict()
     if accelerator.is_main_process:
-        report("accelerate", backend, losses, state, args.out)
+        report("accelerate", backend, losses, state, args.out, step_ends)
     accelerator.end_training()  # destroys the process group too
 
 

@@ -9,6 +9,7 @@ Run (2 CPU ranks, under torchrun; --backend gloo runs the same training over glo
 from __future__ import annotations
 
 import argparse
+import time
 
 import lightning as L
 import torch
@@ -29,12 +30,16 @@ class Regression(L.LightningModule):
         self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
         self.net.append(nn.Linear(64, 8))
         self.losses: list[float] = []
+        self.step_ends: list[float] = []
 
     def training_step(self, batch: list[torch.Tensor], batch_index: int) -> torch.Tensor:
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x), y)
         self.losses.append(loss.item())
         return loss
+
+    def on_train_batch_end(self, outputs: object, batch: object, batch_index: int) -> None:
+        self.step_ends.append(time.perf_counter())  # after the optimizer's step
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
@@ -67,7 +72,14 @@ def main() -> None:
     # Lightning gives each rank its share of the data (a DistributedSampler; shuffle off).
     trainer.fit(model, DataLoader(dataset, batch_size=8))
     if trainer.is_global_zero:
-        report("lightning", dist.get_backend(), model.losses, model.state_dict(), args.out)
+        report(
+            "lightning",
+            dist.get_backend(),
+            model.losses,
+            model.state_dict(),
+            args.out,
+            model.step_ends,
+        )
 
 
 if __name__ == "__main__":

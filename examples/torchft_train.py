@@ -92,6 +92,7 @@ def main() -> None:
 
     losses: list[float] = []
     participants: list[int] = []
+    step_ends: list[float] = []
     data = torch.Generator()
     while manager.current_step() < args.steps:
         step = manager.current_step()
@@ -106,6 +107,7 @@ def main() -> None:
         optimizer.step()  # applied only if every participant committed the step
         losses.append(loss.item())
         participants.append(manager.num_participants())
+        step_ends.append(time.perf_counter())
     manager.shutdown(wait=False)
     report(
         f"torchft replica {replica}",
@@ -113,6 +115,7 @@ def main() -> None:
         losses,
         model.state_dict(),
         args.out,
+        step_ends,
         participants=participants,
         steps_committed=manager.current_step(),
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -25,7 +26,7 @@ import torch.distributed as dist
 from _results import report
 from _tiny_lm import tiny_gpt2, token_sequences
 from torch.utils.data import Dataset
-from transformers import HfArgumentParser, Trainer, TrainingArguments
+from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
 
 # This example's defaults for TrainingArguments; the command line's own come after, and win.
 DEFAULTS = [
@@ -54,6 +55,16 @@ class Tokens(Dataset):
         return {"input_ids": self.sequences[index], "labels": self.sequences[index]}
 
 
+class StepEnds(TrainerCallback):
+    """When each optimizer step ended (the loop's time per step)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def on_step_end(self, *args: object, **kwargs: object) -> None:
+        self.times.append(time.perf_counter())
+
+
 def main() -> None:
     # The group must exist before the TrainingArguments: making them sets up accelerate's
     # state, which makes a gloo group when there is none. So this script's own arguments first.
@@ -70,12 +81,13 @@ def main() -> None:
         model=tiny_gpt2(seed=training.seed),
         args=training,
         train_dataset=Tokens(token_sequences(8 * max(training.max_steps, 1), seed=0)),
+        callbacks=[step_ends := StepEnds()],
     )
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     backend = dist.get_backend()
     if trainer.is_world_process_zero():
-        report("trainer", backend, losses, trainer.model.state_dict(), example.out)
+        report("trainer", backend, losses, trainer.model.state_dict(), example.out, step_ends.times)
 
 
 if __name__ == "__main__":
