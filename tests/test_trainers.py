@@ -93,26 +93,28 @@ def test_trainer_trains_as_over_gloo(tmp_path: Path) -> None:
 
 @needs("transformers", "accelerate")
 def test_trainer_refuses_dummy_by_name_as_docs_say() -> None:
-    """The two errors docs/trainers.md quotes: TrainingArguments(ddp_backend="dummy") (through
-    accelerate) and the command line's --ddp_backend dummy."""
+    """The two errors docs/trainers.md quotes: the command line's --ddp_backend dummy (the
+    Trainer's own HfArgumentParser) and TrainingArguments(ddp_backend="dummy") (accelerate's
+    check), in one process."""
     code = (
-        "from transformers import TrainingArguments\n"
+        "import sys\n"
+        "from transformers import HfArgumentParser, TrainingArguments\n"
+        "try:\n"
+        "    HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(\n"
+        "        ['--use_cpu', '--ddp_backend', 'dummy'])\n"
+        "except SystemExit as stop:\n"
+        "    print(f'exit {stop.code}', file=sys.stderr)\n"
         "TrainingArguments(use_cpu=True, ddp_backend='dummy')\n"
     )
     # What torchrun would set for rank 0 of 2: accelerate decides before any connection.
     rank0 = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
     proc = support.run_subprocess([sys.executable, "-c", code], _env(**rank0))
     assert proc.returncode != 0, proc.stdout
+    assert "error: argument --ddp_backend/--ddp-backend: invalid choice: 'dummy'" in proc.stderr
+    assert "exit 2" in proc.stderr, proc.stderr[-3000:]
     assert (
         "ValueError: Your assigned backend dummy is not available, please use gloo" in proc.stderr
     ), proc.stderr[-3000:]
-
-    script = str(EXAMPLES / "trainer_train.py")
-    proc = support.run_subprocess(
-        [sys.executable, script, "--backend", "gloo", "--ddp_backend", "dummy"], _env()
-    )
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "--ddp_backend/--ddp-backend: invalid choice: 'dummy'" in proc.stderr, proc.stderr
 
 
 # --- accelerate -------------------------------------------------------------------------------
