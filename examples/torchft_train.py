@@ -14,7 +14,7 @@ Run (a lighthouse, then one torchrun per replica group; here 2 replica groups of
         examples/torchft_train.py --backend dummy
 
 ``--leave-after K``: replica group 1 leaves after step K, and the others go on in a new quorum
-(a group of one). ``--start-file PATH`` (the same path for every replica group): each waits
+(a group of one). ``--start-file PATH`` (the same new path for every replica group): each waits
 there until all ``--replicas`` have their Manager up before the first quorum, so the first step
 has everyone and two runs compare exactly (without it, the first replica may start alone).
 """

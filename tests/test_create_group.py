@@ -99,9 +99,17 @@ def test_made_group_refuses_bad_arguments() -> None:
         dummy_collectives.create_backend(store, 0, 2, global_ranks=[5])
 
 
-def test_import_leaves_torchft_alone() -> None:
-    """torchft is optional: importing the package must not import it."""
+def test_import_leaves_torchft_alone(tmp_path) -> None:
+    """torchft is optional: importing the package must not import it (a stand-in torchft on
+    the path, installed or not, tells whether anything did)."""
+    (tmp_path / "torchft").mkdir()
+    (tmp_path / "torchft" / "__init__.py").write_text("raise RuntimeError('torchft imported')\n")
+    env = support.subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
     code = "import sys, dummy_collectives; print('torchft' in sys.modules)"
-    proc = support.run_subprocess([support.sys.executable, "-c", code], support.subprocess_env())
+    proc = support.run_subprocess([support.sys.executable, "-c", code], env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False", proc.stdout
+    code = "import dummy_collectives.torchft"
+    proc = support.run_subprocess([support.sys.executable, "-c", code], env)
+    assert "RuntimeError: torchft imported" in proc.stderr, proc.stderr
