@@ -57,6 +57,9 @@ def main() -> None:
     state = accelerator.unwrap_model(model).state_dict()
     if accelerator.is_main_process:
         report("accelerate", backend, losses, state, args.out, step_ends)
+    # The DDP model goes before the group: where it holds a gloo group's last reference, torch
+    # destroys that group holding the GIL, which its worker thread may still need (a deadlock).
+    model, optimizer, loader = accelerator.free_memory(model, optimizer, loader)
     accelerator.end_training()  # destroys the process group too
 
 

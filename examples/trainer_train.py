@@ -16,6 +16,7 @@ its own, without DDP, each over the whole dataset.)
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 import time
@@ -88,6 +89,12 @@ def main() -> None:
     backend = dist.get_backend()
     if trainer.is_world_process_zero():
         report("trainer", backend, losses, trainer.model.state_dict(), example.out, step_ends.times)
+    # The DDP model goes before the group: where it holds a gloo group's last reference, torch
+    # destroys that group holding the GIL, which its worker thread may still need (a deadlock).
+    trainer.accelerator.free_memory()
+    del trainer
+    gc.collect()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
