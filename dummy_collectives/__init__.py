@@ -28,6 +28,7 @@ try:
     )
 except ImportError as error:
     raise load_extension_error(error) from error
+from dummy_collectives._create import create_backend, create_process_group  # noqa: E402
 from dummy_collectives._groups import dead_ranks  # noqa: E402
 from dummy_collectives._registration import BACKEND_NAME, register  # noqa: E402
 from dummy_collectives._ucx import tell_extension as _tell_extension_of_ucx  # noqa: E402
@@ -46,6 +47,8 @@ __all__ = [
     "RankWaits",
     "WaitSummary",
     "__version__",
+    "create_backend",
+    "create_process_group",
     "cross_memory_copy_speed",
     "dead_ranks",
     "dump_fr_trace",

@@ -21,6 +21,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU")
     config.addinivalue_line(
         "markers",
+        "trainers: runs a training library's example (transformers, accelerate, torchft, "
+        "lightning); skips where that library is not installed",
+    )
+    config.addinivalue_line(
+        "markers",
         "needs(*names): what of torch.distributed the test uses, named as in "
         "harness.backend_capabilities ('all_reduce', 'all_reduce:MAX', 'broadcast', ...); the "
         "test skips, saying why, where the backend under test declares it lacks one",
