@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from dummy_collectives._C import DummyBackend, Options
-from dummy_collectives._registration import make_backend
+from dummy_collectives._registration import make_backend, options_or_default
 
 # torch's own default for a process group's timeout (init_process_group's).
 DEFAULT_TIMEOUT = timedelta(minutes=30)
@@ -45,13 +45,7 @@ def create_backend(
         raise ValueError(
             f"dummy backend: rank {rank} of a group of {world_size}: need 0 <= rank < world_size"
         )
-    if options is None:
-        options = Options()
-    elif not isinstance(options, Options):
-        raise TypeError(
-            f"dummy backend: options must be dummy_collectives.Options, "
-            f"got {type(options).__name__}"
-        )
+    options = options_or_default(options, "options")
     ranks = [int(r) for r in global_ranks]
     if ranks and len(ranks) != world_size:
         raise ValueError(

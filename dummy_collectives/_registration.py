@@ -26,15 +26,22 @@ def _group_settings(options: Options) -> dict[str, object]:
     return {label: getattr(options, name) for name, label in _GROUP_WIDE}
 
 
+def options_or_default(options: object, argument: str) -> Options:
+    """``options`` where it is an ``Options``, a default one (the environment's) for None;
+    TypeError naming ``argument`` for anything else."""
+    if options is None:
+        return Options()
+    if not isinstance(options, Options):
+        raise TypeError(
+            f"dummy backend: {argument} must be dummy_collectives.Options, "
+            f"got {type(options).__name__}"
+        )
+    return options
+
+
 def _create_backend(dist_opts: Any, pg_options: Options | None) -> DummyBackend:
     """The creator c10d calls (extended API) for every group that uses the backend."""
-    if pg_options is None:
-        pg_options = Options()
-    elif not isinstance(pg_options, Options):
-        raise TypeError(
-            f"dummy backend: pg_options must be dummy_collectives.Options, "
-            f"got {type(pg_options).__name__}"
-        )
+    pg_options = options_or_default(pg_options, "pg_options")
     size = dist_opts.group_size
     # Its ranks in the world, for the flight recorder's pg_config (empty for the default group).
     global_ranks = [int(r) for r in (getattr(dist_opts, "global_ranks_in_group", None) or [])]

@@ -106,32 +106,34 @@ void postSend(UcxLinks::Request& request, ucp_ep_h ep, const void* data, size_t 
                  ucp_tag_recv_info_t{tag, length});
 }
 
-// Takes the probed `message` (of `length` bytes) into `data`.
-void postReceive(UcxLinks::Request& request, ucp_worker_h worker, void* data, size_t length,
-                 ucp_tag_message_h message) {
+// Posts a receive through `receive(params)`, UCX's call with the buffer and what to match bound;
+// a receive that completes at once reports its tag and length through the parameters.
+template <typename Receive>
+void postReceiveWith(UcxLinks::Request& request, const Receive& receive) {
   ucp_tag_recv_info_t info{};
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO;
   params.datatype = ucp_dt_make_contig(1);
   params.recv_info.tag_info = &info;
-  const ucs_status_ptr_t result =
-      ucx::api().ucp_tag_msg_recv_nbx(worker, data, length, message, &params);
+  const ucs_status_ptr_t result = receive(&params);
   request.receive = true;
   request.posted(result, info);
+}
+
+// Takes the probed `message` (of `length` bytes) into `data`.
+void postReceive(UcxLinks::Request& request, ucp_worker_h worker, void* data, size_t length,
+                 ucp_tag_message_h message) {
+  postReceiveWith(request, [&](const ucp_request_param_t* params) {
+    return ucx::api().ucp_tag_msg_recv_nbx(worker, data, length, message, params);
+  });
 }
 
 // Posts a receive of the message tagged `tag` (under `mask`) into `length` bytes at `data`.
 void postExpected(UcxLinks::Request& request, ucp_worker_h worker, void* data, size_t length,
                   uint64_t tag, uint64_t mask) {
-  ucp_tag_recv_info_t info{};
-  ucp_request_param_t params{};
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO;
-  params.datatype = ucp_dt_make_contig(1);
-  params.recv_info.tag_info = &info;
-  const ucs_status_ptr_t result =
-      ucx::api().ucp_tag_recv_nbx(worker, data, length, tag, mask, &params);
-  request.receive = true;
-  request.posted(result, info);
+  postReceiveWith(request, [&](const ucp_request_param_t* params) {
+    return ucx::api().ucp_tag_recv_nbx(worker, data, length, tag, mask, params);
+  });
 }
 
 } // namespace
