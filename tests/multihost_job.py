@@ -425,9 +425,9 @@ def train_through_faults(out_dir: str) -> Result:
     """Checked collectives in a loop (a small and a pipelined allreduce, a broadcast: both forms
     of the agreement) while the test breaks the network. Each rank writes ``ready<rank>`` after
     a few rounds; the test writes ``healed`` once the network is whole again, and ``stop``
-    when the ranks that still run should stop. A rank whose collective raised waits for
-    ``healed``, then calls the failed group again, makes and uses a new group, and calls the
-    failed group until its reason is the one the store holds."""
+    when the ranks that still run should stop (they agree on it, in an allreduce). A rank
+    whose collective raised waits for ``healed``, then calls the failed group again, makes and
+    uses a new group, and calls the failed group until its reason is the one the store holds."""
     rank, world = dist.get_rank(), dist.get_world_size()
     total = world * (world + 1) // 2
     wrong: list[str] = []
@@ -438,8 +438,14 @@ def train_through_faults(out_dir: str) -> Result:
     stop = _marker(out_dir, "stop")
     ready = _marker(out_dir, f"ready{rank}")
     iteration = 0
-    while not stop.exists():
+    while True:
         try:
+            # The ranks stop together: one that saw the marker alone would leave the others
+            # waiting in their next collective.
+            seen = torch.tensor([float(stop.exists())])
+            dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+            if seen.item() > 0:
+                break
             for n in (4, 300_000):
                 t = torch.full((n,), float(rank + 1))
                 dist.all_reduce(t)
