@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "c10d/argument_checks.hpp"
+#include "c10d/collective_names.hpp"
 #include <dummy_collectives/debug_log.hpp>
 #include "c10d/exit_registry.hpp"
 #include "c10d/monitored_barrier.hpp"
@@ -18,6 +19,8 @@
 
 namespace dummy_collectives {
 namespace {
+
+using enum CollectiveKind;
 
 const char* zeroModeUnsupported =
     " is not available in zero mode (DUMMY_COLLECTIVES_MODE=zero reproduces PyTorch's "
@@ -101,8 +104,7 @@ DummyBackend::~DummyBackend() {
     // A forked child (that exits normally): the engine threads exist only in the parent and
     // their mutexes and condition variables may be in any state; joining or destroying them
     // hangs. The shared memory is the parent's. Leave it all to the parent.
-    new std::shared_ptr<Engine>(std::move(engine_));
-    new std::shared_ptr<Lowering>(std::move(lowering_));
+    leaveToExit(std::move(engine_), std::move(lowering_));
     return;
   }
   engine_.reset(); // runs what is still queued, while the lowering is alive
@@ -185,9 +187,9 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == c10::kSparse) {
     return allreduce_sparse(tensors, opts); // gloo's dispatch: the frontend sends both here
   }
-  const CheckedReduction checked = checks::allreduce(checker("allreduce"), tensors, opts.reduceOp);
+  const CheckedReduction checked = checks::allreduce(checker(kAllreduce), tensors, opts.reduceOp);
   if (mode() == Mode::kZero) {
-    return zeroed(c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors);
+    return zeroed(kAllreduce, tensors);
   }
   OpDescriptor op = checked.op;
   const ReduceSpec& spec = checked.specs[0];
@@ -196,19 +198,20 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce(
       // Nothing moves and nothing changes (AVG divides by one): no device work to order, as
       // NCCL does for one rank.
       flight_recorder::completed(stamp(op, tensors, tensors, opts.timeout).record);
-      return DummyWork::completed(getRank(), c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors);
+      const CollectiveNames& names = namesOf(kAllreduce);
+      return DummyWork::completed(getRank(), names.opType, names.title, tensors);
     }
     return submitDevice(
-        *device, op, c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors, tensors, issued(opts),
+        *device, op, tensors, tensors, issued(opts),
         [tensor = tensors[0], spec](DeviceCollectives& d, Transport& t) mutable {
           d.allreduce(t, tensor, spec);
         });
   }
   return submit(
-      op, c10d::OpType::ALLREDUCE, "dummy:all_reduce", tensors, tensors, issued(opts),
+      op, tensors, tensors, issued(opts),
       [staged = HostStaging(tensors[0]), spec](Lowering& l, const OpContext& c) mutable {
-        l.allreduce(c, staged.acquire(/*copyIn=*/true), spec);
-        staged.release(/*copyOut=*/true);
+        runStaged(staged, /*copyIn=*/true, /*copyOut=*/true,
+                  [&](at::Tensor& host) { l.allreduce(c, host, spec); });
       });
 }
 
@@ -216,11 +219,11 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_sparse(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceOptions& opts) {
   const OpDescriptor op =
-      checks::allreduceSparse(checker("allreduce_sparse"), tensors, opts.reduceOp);
-  requireReal("allreduce_sparse");
+      checks::allreduceSparse(checker(kAllreduceSparse), tensors, opts.reduceOp);
+  requireReal(kAllreduceSparse);
   return submit(
-      op, c10d::OpType::_ALLREDUCE_SPARSE, "dummy:sparse_all_reduce", tensors, tensors,
-      issued(opts), [tensor = tensors[0]](Lowering& l, const OpContext& c) mutable {
+      op, tensors, tensors, issued(opts),
+      [tensor = tensors[0]](Lowering& l, const OpContext& c) mutable {
         // Replaces the tensor's indices and values with the sum's (gloo does the same).
         tensor.copy_(l.allreduceSparse(c, tensor));
       });
@@ -230,53 +233,51 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
   CheckedReduction checked =
-      checks::allreduceCoalesced(checker("allreduce_coalesced"), tensors, opts.reduceOp);
-  requireReal("allreduce_coalesced");
+      checks::allreduceCoalesced(checker(kAllreduceCoalesced), tensors, opts.reduceOp);
+  requireReal(kAllreduceCoalesced);
   return submit(
-      checked.op, c10d::OpType::ALLREDUCE_COALESCED, "dummy:allreduce_coalesced", tensors,
-      tensors, issued(opts),
+      checked.op, tensors, tensors, issued(opts),
       [staged = HostStagingList(tensors), specs = std::move(checked.specs)](
           Lowering& l, const OpContext& c) mutable {
-        std::vector<at::Tensor> hosts = staged.acquire(/*copyIn=*/true);
-        l.allreduceCoalesced(c, hosts, specs);
-        staged.release(/*copyOut=*/true);
+        runStaged(staged, /*copyIn=*/true, /*copyOut=*/true,
+                  [&](std::vector<at::Tensor>& hosts) { l.allreduceCoalesced(c, hosts, specs); });
       });
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::reduce(
     std::vector<at::Tensor>& tensors,
     const c10d::ReduceOptions& opts) {
-  const CheckedReduction checked = checks::reduce(checker("reduce"), tensors, opts);
-  requireReal("reduce");
+  const CheckedReduction checked = checks::reduce(checker(kReduce), tensors, opts);
+  requireReal(kReduce);
   const int root = static_cast<int>(opts.rootRank);
   return submit(
-      checked.op, c10d::OpType::REDUCE, "dummy:reduce", tensors, tensors, issued(opts),
+      checked.op, tensors, tensors, issued(opts),
       [staged = HostStaging(tensors[0]), spec = checked.specs[0], root,
        isRoot = root == getRank()](Lowering& l, const OpContext& c) mutable {
-        l.reduce(c, staged.acquire(/*copyIn=*/true), spec, root);
-        staged.release(/*copyOut=*/isRoot);
+        runStaged(staged, /*copyIn=*/true, /*copyOut=*/isRoot,
+                  [&](at::Tensor& host) { l.reduce(c, host, spec, root); });
       });
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::broadcast(
     std::vector<at::Tensor>& tensors,
     const c10d::BroadcastOptions& opts) {
-  const OpDescriptor op = checks::broadcast(checker("broadcast"), tensors, opts);
-  requireReal("broadcast");
+  const OpDescriptor op = checks::broadcast(checker(kBroadcast), tensors, opts);
+  requireReal(kBroadcast);
   const int root = static_cast<int>(opts.rootRank);
   if (DeviceCollectives* device = deviceFor(tensors)) {
     return submitDevice(
-        *device, op, c10d::OpType::BROADCAST, "dummy:broadcast", tensors, tensors, issued(opts),
+        *device, op, tensors, tensors, issued(opts),
         [tensor = tensors[0], root](DeviceCollectives& d, Transport& t) mutable {
           d.broadcast(t, tensor, root);
         });
   }
   return submit(
-      op, c10d::OpType::BROADCAST, "dummy:broadcast", tensors, tensors, issued(opts),
+      op, tensors, tensors, issued(opts),
       [staged = HostStaging(tensors[0]), root, isRoot = root == getRank()](
           Lowering& l, const OpContext& c) mutable {
-        l.broadcast(c, staged.acquire(/*copyIn=*/isRoot), root);
-        staged.release(/*copyOut=*/!isRoot);
+        runStaged(staged, /*copyIn=*/isRoot, /*copyOut=*/!isRoot,
+                  [&](at::Tensor& host) { l.broadcast(c, host, root); });
       });
 }
 
@@ -284,29 +285,28 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
-  const OpDescriptor op = checks::allgather(checker("allgather"), outputTensors, inputTensors);
+  const OpDescriptor op = checks::allgather(checker(kAllgather), outputTensors, inputTensors);
   std::vector<at::Tensor>& outputs = outputTensors[0];
   if (mode() == Mode::kZero) {
-    return zeroed(c10d::OpType::ALLGATHER, "dummy:all_gather", outputs);
+    return zeroed(kAllgather, outputs);
   }
   const at::Tensor& input = inputTensors[0];
   std::vector<at::Tensor> touched(outputs);
   touched.push_back(input);
   if (DeviceCollectives* device = deviceFor(touched)) {
     return submitDevice(
-        *device, op, c10d::OpType::ALLGATHER, "dummy:all_gather", inputTensors, outputs,
-        issued(opts), [input, outputs](DeviceCollectives& d, Transport& t) mutable {
+        *device, op, inputTensors, outputs, issued(opts),
+        [input, outputs](DeviceCollectives& d, Transport& t) mutable {
           d.allgather(t, outputs, input);
         });
   }
   return submit(
-      op, c10d::OpType::ALLGATHER, "dummy:all_gather", inputTensors, outputs, issued(opts),
+      op, inputTensors, outputs, issued(opts),
       [in = HostStaging(input), out = HostStagingList(outputs)](
           Lowering& l, const OpContext& c) mutable {
-        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        l.allgather(c, in.acquire(/*copyIn=*/true), hostOut);
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](at::Tensor& hostIn, std::vector<at::Tensor>& hostOut) {
+          l.allgather(c, hostIn, hostOut);
+        });
       });
 }
 
@@ -315,24 +315,22 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::_allgather_base(
     at::Tensor& inputBuffer,
     const c10d::AllgatherOptions& opts) {
   const OpDescriptor op =
-      checks::allgatherBase(checker("_allgather_base"), outputBuffer, inputBuffer);
-  requireReal("_allgather_base");
+      checks::allgatherBase(checker(kAllgatherBase), outputBuffer, inputBuffer);
+  requireReal(kAllgatherBase);
   if (DeviceCollectives* device = deviceFor({inputBuffer, outputBuffer})) {
     return submitDevice(
-        *device, op, c10d::OpType::_ALLGATHER_BASE, "dummy:_allgather_base", {inputBuffer},
-        {outputBuffer}, issued(opts),
+        *device, op, {inputBuffer}, {outputBuffer}, issued(opts),
         [input = inputBuffer, output = outputBuffer](DeviceCollectives& d, Transport& t) mutable {
           d.allgatherBase(t, output, input);
         });
   }
   return submit(
-      op, c10d::OpType::_ALLGATHER_BASE, "dummy:_allgather_base", {inputBuffer}, {outputBuffer},
-      issued(opts),
+      op, {inputBuffer}, {outputBuffer}, issued(opts),
       [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer)](
           Lowering& l, const OpContext& c) mutable {
-        l.allgatherInto(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false));
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](at::Tensor& hostIn, at::Tensor& hostOut) {
+          l.allgatherInto(c, hostIn, hostOut);
+        });
       });
 }
 
@@ -341,18 +339,16 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_coalesced(
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
   const OpDescriptor op = checks::allgatherCoalesced(
-      checker("allgather_coalesced"), outputTensorLists, inputTensors);
-  requireReal("allgather_coalesced");
+      checker(kAllgatherCoalesced), outputTensorLists, inputTensors);
+  requireReal(kAllgatherCoalesced);
   const std::vector<at::Tensor> outputs = flatten(outputTensorLists); // by rank, then by input
   return submit(
-      op, c10d::OpType::ALLGATHER_COALESCED, "dummy:all_gather_coalesced", inputTensors, outputs,
-      issued(opts),
+      op, inputTensors, outputs, issued(opts),
       [in = HostStagingList(inputTensors), out = HostStagingList(outputs)](
           Lowering& l, const OpContext& c) mutable {
-        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        l.allgatherCoalesced(c, in.acquire(/*copyIn=*/true), hostOut, /*byRank=*/true);
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](std::vector<at::Tensor>& hostIn, std::vector<at::Tensor>& hostOut) {
+          l.allgatherCoalesced(c, hostIn, hostOut, /*byRank=*/true);
+        });
       });
 }
 
@@ -361,17 +357,15 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const OpDescriptor op = checks::allgatherIntoTensorCoalesced(
-      checker("allgather_into_tensor_coalesced"), outputs, inputs);
-  requireReal("allgather_into_tensor_coalesced");
+      checker(kAllgatherIntoTensorCoalesced), outputs, inputs);
+  requireReal(kAllgatherIntoTensorCoalesced);
   return submit(
-      op, c10d::OpType::COALESCED, "dummy:all_gather_into_tensor_coalesced", inputs, outputs,
-      issued(opts),
+      op, inputs, outputs, issued(opts),
       [in = HostStagingList(inputs), out = HostStagingList(outputs)](
           Lowering& l, const OpContext& c) mutable {
-        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        l.allgatherCoalesced(c, in.acquire(/*copyIn=*/true), hostOut, /*byRank=*/false);
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](std::vector<at::Tensor>& hostIn, std::vector<at::Tensor>& hostOut) {
+          l.allgatherCoalesced(c, hostIn, hostOut, /*byRank=*/false);
+        });
       });
 }
 
@@ -381,16 +375,15 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::gather(
     const c10d::GatherOptions& opts) {
   std::vector<at::Tensor> outputs;
   const OpDescriptor op =
-      checks::gather(checker("gather"), outputTensors, inputTensors, opts, outputs);
-  requireReal("gather");
+      checks::gather(checker(kGather), outputTensors, inputTensors, opts, outputs);
+  requireReal(kGather);
   return submit(
-      op, c10d::OpType::GATHER, "dummy:gather", inputTensors, outputs, issued(opts),
+      op, inputTensors, outputs, issued(opts),
       [in = HostStaging(inputTensors[0]), out = HostStagingList(outputs), root = op.root](
           Lowering& l, const OpContext& c) mutable {
-        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        l.gather(c, in.acquire(/*copyIn=*/true), hostOut, root);
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](at::Tensor& hostIn, std::vector<at::Tensor>& hostOut) {
+          l.gather(c, hostIn, hostOut, root);
+        });
       });
 }
 
@@ -400,15 +393,15 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::scatter(
     const c10d::ScatterOptions& opts) {
   std::vector<at::Tensor> inputs;
   const OpDescriptor op =
-      checks::scatter(checker("scatter"), outputTensors, inputTensors, opts, inputs);
-  requireReal("scatter");
+      checks::scatter(checker(kScatter), outputTensors, inputTensors, opts, inputs);
+  requireReal(kScatter);
   return submit(
-      op, c10d::OpType::SCATTER, "dummy:scatter", inputs, outputTensors, issued(opts),
+      op, inputs, outputTensors, issued(opts),
       [in = HostStagingList(inputs), out = HostStaging(outputTensors[0]), root = op.root](
           Lowering& l, const OpContext& c) mutable {
-        l.scatter(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), root);
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](std::vector<at::Tensor>& hostIn, at::Tensor& hostOut) {
+          l.scatter(c, hostIn, hostOut, root);
+        });
       });
 }
 
@@ -417,16 +410,15 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduce_scatter(
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
   const CheckedReduction checked = checks::reduceScatter(
-      checker("reduce_scatter"), outputTensors, inputTensors, opts.reduceOp);
-  requireReal("reduce_scatter");
+      checker(kReduceScatter), outputTensors, inputTensors, opts.reduceOp);
+  requireReal(kReduceScatter);
   return submit(
-      checked.op, c10d::OpType::REDUCE_SCATTER, "dummy:reduce_scatter", inputTensors[0],
-      outputTensors, issued(opts),
+      checked.op, inputTensors[0], outputTensors, issued(opts),
       [in = HostStagingList(inputTensors[0]), out = HostStaging(outputTensors[0]),
        spec = checked.specs[0]](Lowering& l, const OpContext& c) mutable {
-        l.reduceScatter(c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), spec);
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](std::vector<at::Tensor>& hostIn, at::Tensor& hostOut) {
+          l.reduceScatter(c, hostIn, hostOut, spec);
+        });
       });
 }
 
@@ -451,8 +443,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
     std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts,
     bool coalesced) {
-  const char* collective =
-      coalesced ? "reduce_scatter_tensor_coalesced" : "_reduce_scatter_base";
+  const CollectiveKind collective =
+      coalesced ? kReduceScatterTensorCoalesced : kReduceScatterBase;
   CheckedReduction checked =
       checks::reduceScatterTensors(checker(collective), outputs, inputs, opts.reduceOp, coalesced);
   requireReal(collective);
@@ -461,23 +453,19 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::reduceScatterTensors(
     OpDescriptor op = checked.op;
     op.layout = 0; // the device path's descriptor carries no layout (one tensor)
     return submitDevice(
-        *device, op, c10d::OpType::_REDUCE_SCATTER_BASE, "dummy:_reduce_scatter_base", inputs,
-        outputs, issued(opts),
+        *device, op, inputs, outputs, issued(opts),
         [input = inputs[0], output = outputs[0], spec = checked.specs[0]](
             DeviceCollectives& d, Transport& t) mutable {
           d.reduceScatterBase(t, output, input, spec);
         });
   }
   return submit(
-      checked.op, coalesced ? c10d::OpType::COALESCED : c10d::OpType::_REDUCE_SCATTER_BASE,
-      coalesced ? "dummy:reduce_scatter_tensor_coalesced" : "dummy:_reduce_scatter_base", inputs,
-      outputs, issued(opts),
+      checked.op, inputs, outputs, issued(opts),
       [in = HostStagingList(inputs), out = HostStagingList(outputs),
        specs = std::move(checked.specs)](Lowering& l, const OpContext& c) mutable {
-        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        l.reduceScatterTensors(c, in.acquire(/*copyIn=*/true), hostOut, specs);
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](std::vector<at::Tensor>& hostIn, std::vector<at::Tensor>& hostOut) {
+          l.reduceScatterTensors(c, hostIn, hostOut, specs);
+        });
       });
 }
 
@@ -488,19 +476,17 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall_base(
     std::vector<int64_t>& inputSplitSizes,
     const c10d::AllToAllOptions& opts) {
   const CheckedAlltoall checked = checks::alltoallBase(
-      checker("alltoall_base"), outputBuffer, inputBuffer, outputSplitSizes, inputSplitSizes);
-  requireReal("alltoall_base");
+      checker(kAlltoallBase), outputBuffer, inputBuffer, outputSplitSizes, inputSplitSizes);
+  requireReal(kAlltoallBase);
   return submit(
-      checked.op, c10d::OpType::ALLTOALL_BASE, "dummy:all_to_all", {inputBuffer},
-      {outputBuffer}, issued(opts),
+      checked.op, {inputBuffer}, {outputBuffer}, issued(opts),
       [in = HostStaging(inputBuffer), out = HostStaging(outputBuffer),
        sendBytes = bytesPerRank(checked.sendRows, checked.sendRowBytes),
        recvBytes = bytesPerRank(checked.recvRows, checked.recvRowBytes)](
           Lowering& l, const OpContext& c) mutable {
-        l.alltoall(
-            c, in.acquire(/*copyIn=*/true), out.acquire(/*copyIn=*/false), sendBytes, recvBytes);
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](at::Tensor& hostIn, at::Tensor& hostOut) {
+          l.alltoall(c, hostIn, hostOut, sendBytes, recvBytes);
+        });
       },
       SplitSizes{inputSplitSizes, outputSplitSizes});
 }
@@ -509,24 +495,24 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::alltoall(
     std::vector<at::Tensor>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllToAllOptions& opts) {
-  const OpDescriptor op = checks::alltoall(checker("alltoall"), outputTensors, inputTensors);
-  requireReal("alltoall");
+  const OpDescriptor op = checks::alltoall(checker(kAlltoall), outputTensors, inputTensors);
+  requireReal(kAlltoall);
   return submit(
-      op, c10d::OpType::ALLTOALL, "dummy:all_to_all", inputTensors, outputTensors, issued(opts),
+      op, inputTensors, outputTensors, issued(opts),
       [in = HostStagingList(inputTensors), out = HostStagingList(outputTensors)](
           Lowering& l, const OpContext& c) mutable {
-        std::vector<at::Tensor> hostOut = out.acquire(/*copyIn=*/false);
-        l.alltoallLists(c, in.acquire(/*copyIn=*/true), hostOut);
-        in.release(/*copyOut=*/false);
-        out.release(/*copyOut=*/true);
+        runStaged(in, out, [&](std::vector<at::Tensor>& hostIn, std::vector<at::Tensor>& hostOut) {
+          l.alltoallLists(c, hostIn, hostOut);
+        });
       });
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::barrier(const c10d::BarrierOptions& opts) {
-  requireUsable("barrier");
-  requireReal("barrier");
+  const OpDescriptor op{.kind = kBarrier};
+  requireUsable(namesOf(kBarrier).method);
+  requireReal(kBarrier);
   return submit(
-      OpDescriptor{}, c10d::OpType::BARRIER, "dummy:barrier", {}, {}, issued(opts),
+      op, {}, {}, issued(opts),
       [](Lowering& l, const OpContext& c) { l.barrier(c); });
 }
 

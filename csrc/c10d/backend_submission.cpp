@@ -31,7 +31,7 @@ DummyBackend::Stamp DummyBackend::stamp(
       frDescTaken_ = true;
     }
     const flight_recorder::OpInfo info{
-        flight_recorder::opName(op.kind), op.seq, p2pSeq_, false, -1, -1, limit};
+        namesOf(op.kind).recorded, op.seq, p2pSeq_, false, -1, -1, limit};
     const size_t size = static_cast<size_t>(getSize());
     if (op.kind == CollectiveKind::kAllgather && outputs.size() == inputs.size() * size &&
         inputs.size() == 1) {
@@ -56,7 +56,7 @@ void DummyBackend::requireWritable(
   const bool readOnly = (op.kind == CollectiveKind::kBroadcast && op.root == getRank()) ||
       (op.kind == CollectiveKind::kReduce && op.root != getRank());
   if (!readOnly && !outputs.empty()) {
-    checker(collectiveName(op.kind)).writable(outputs);
+    checker(op.kind).writable(outputs);
   }
 }
 
@@ -86,25 +86,24 @@ PointToPoint DummyBackend::pointToPoint(
 }
 
 std::shared_ptr<const DummyBackend::WaitRecord> DummyBackend::waitRecord(
-    bool observed, const char* profilingTitle) const {
-  if (!observed || profilingTitle == nullptr) {
+    bool observed, CollectiveKind kind) const {
+  if (!observed) {
     return nullptr;
   }
   return std::make_shared<const WaitRecord>(
-      WaitRecord{at::ThreadLocalState(), getGroupUid(), profilingTitle});
+      WaitRecord{at::ThreadLocalState(), getGroupUid(), namesOf(kind).title});
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::enqueue(
     const OpDescriptor& op,
-    c10d::OpType opType,
-    const char* profilingTitle,
     const std::vector<at::Tensor>& inputs,
     std::vector<at::Tensor> outputs,
     std::function<void(DummyWork&)> body) {
+  const CollectiveNames& names = namesOf(op.kind);
   auto work = c10::make_intrusive<DummyWork>(
       getRank(),
-      opType,
-      profilingTitle,
+      names.opType,
+      names.title,
       inputs,
       std::move(outputs),
       op.seq,
@@ -119,13 +118,21 @@ DeviceCollectives* DummyBackend::deviceFor(const std::vector<at::Tensor>& tensor
 }
 
 c10::intrusive_ptr<c10d::Work> DummyBackend::zeroed(
-    c10d::OpType opType,
-    const char* profilingTitle,
+    CollectiveKind kind,
     std::vector<at::Tensor> outputs) {
   for (auto& tensor : outputs) {
     tensor.zero_();
   }
-  return DummyWork::completed(getRank(), opType, profilingTitle, std::move(outputs));
+  const CollectiveNames& names = namesOf(kind);
+  return DummyWork::completed(getRank(), names.opType, names.title, std::move(outputs));
+}
+
+Checker DummyBackend::checker(CollectiveKind collective) const {
+  return checker(namesOf(collective).method);
+}
+
+void DummyBackend::requireReal(CollectiveKind collective) const {
+  requireReal(namesOf(collective).method);
 }
 
 } // namespace dummy_collectives

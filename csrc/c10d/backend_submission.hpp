@@ -9,6 +9,7 @@
 
 #include <dummy_collectives/backend.hpp>
 #include <dummy_collectives/debug_log.hpp>
+#include "c10d/collective_names.hpp"
 #include "c10d/engine.hpp"
 #include "c10d/work.hpp"
 
@@ -44,8 +45,6 @@ void DummyBackend::runCollective(
 template <typename Body>
 c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
     OpDescriptor op,
-    c10d::OpType opType,
-    const char* profilingTitle,
     const std::vector<at::Tensor>& inputs,
     std::vector<at::Tensor> outputs,
     Issue issue,
@@ -71,7 +70,8 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
       }
     });
     if (ran) {
-      return DummyWork::ran(getRank(), opType, std::move(outputs), op.seq, error);
+      return DummyWork::ran(
+          getRank(), namesOf(op.kind).opType, std::move(outputs), op.seq, error);
     }
   }
   // The body may own move-only state (HostStaging); a Work's body must be copyable. The
@@ -79,20 +79,18 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submit(
   // every backend (the recorder keeps it).
   auto shared = std::make_shared<Body>(std::move(body));
   auto run = [group = running(), call = stamped.call, shared, issuedAt, record = stamped.record,
-              waits = waitRecord(stamped.observed, profilingTitle)](DummyWork&) {
+              waits = waitRecord(stamped.observed, op.kind)](DummyWork&) {
     runCollective(group, call, issuedAt, record, waits.get(), [&](OpContext& c) {
       group.lowering->run(c, [&] { (*shared)(*group.lowering, c); });
     });
   };
-  return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(run));
+  return enqueue(op, inputs, std::move(outputs), std::move(run));
 }
 
 template <typename Body>
 c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
     DeviceCollectives& device,
     OpDescriptor op,
-    c10d::OpType opType,
-    const char* profilingTitle,
     const std::vector<at::Tensor>& inputs,
     std::vector<at::Tensor> outputs,
     Issue issue,
@@ -108,12 +106,12 @@ c10::intrusive_ptr<c10d::Work> DummyBackend::submitDevice(
   // The flight recorder too marks it completed when the host's part is done.
   auto run = [group = running(), call = stamped.call, ticket, body = std::move(body), issuedAt,
               record = stamped.record,
-              waits = waitRecord(stamped.observed, profilingTitle)](DummyWork& work) mutable {
+              waits = waitRecord(stamped.observed, op.kind)](DummyWork& work) mutable {
     runCollective(group, call, issuedAt, record, waits.get(), [&](OpContext& c) {
       group.lowering->runOnDevice(c, *ticket, work, body);
     });
   };
-  return enqueue(op, opType, profilingTitle, inputs, std::move(outputs), std::move(run));
+  return enqueue(op, inputs, std::move(outputs), std::move(run));
 }
 
 } // namespace dummy_collectives

@@ -40,4 +40,24 @@ class HostStagingList {
   std::vector<HostStaging> items_;
 };
 
+// Engine thread. Runs `body(host)` on `staged` (a HostStaging or a HostStagingList) in host
+// memory: its contents copied in first if `copyIn`, the result copied back after if `copyOut`.
+template <typename Staged, typename Body>
+void runStaged(Staged& staged, bool copyIn, bool copyOut, Body&& body) {
+  auto&& host = staged.acquire(copyIn);
+  body(host);
+  staged.release(copyOut);
+}
+
+// Engine thread. Runs `body(hostIn, hostOut)` on an operation's inputs and outputs in host
+// memory: the inputs copied in, the outputs (never read) copied back after.
+template <typename In, typename Out, typename Body>
+void runStaged(In& in, Out& out, Body&& body) {
+  auto&& hostIn = in.acquire(/*copyIn=*/true);
+  auto&& hostOut = out.acquire(/*copyIn=*/false);
+  body(hostIn, hostOut);
+  in.release(/*copyOut=*/false);
+  out.release(/*copyOut=*/true);
+}
+
 } // namespace dummy_collectives

@@ -4,6 +4,8 @@
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include "c10d/collective_names.hpp"
+
 namespace dummy_collectives {
 namespace {
 
@@ -35,43 +37,8 @@ const char* reduceOpName(int32_t op) {
 } // namespace
 
 const char* collectiveName(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllreduce:
-      return "allreduce";
-    case CollectiveKind::kAllgather:
-      return "allgather";
-    case CollectiveKind::kBroadcast:
-      return "broadcast";
-    case CollectiveKind::kBarrier:
-      return "barrier";
-    case CollectiveKind::kAllgatherBase:
-      return "_allgather_base";
-    case CollectiveKind::kAllreduceCoalesced:
-      return "allreduce_coalesced";
-    case CollectiveKind::kReduce:
-      return "reduce";
-    case CollectiveKind::kAllgatherCoalesced:
-      return "allgather_coalesced";
-    case CollectiveKind::kAllgatherIntoTensorCoalesced:
-      return "allgather_into_tensor_coalesced";
-    case CollectiveKind::kGather:
-      return "gather";
-    case CollectiveKind::kScatter:
-      return "scatter";
-    case CollectiveKind::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveKind::kReduceScatterBase:
-      return "_reduce_scatter_base";
-    case CollectiveKind::kReduceScatterTensorCoalesced:
-      return "reduce_scatter_tensor_coalesced";
-    case CollectiveKind::kAlltoall:
-      return "alltoall";
-    case CollectiveKind::kAlltoallBase:
-      return "alltoall_base";
-    case CollectiveKind::kAllreduceSparse:
-      return "allreduce_sparse";
-  }
-  return "unknown collective";
+  const CollectiveNames* names = findNames(kind);
+  return names != nullptr ? names->method : "unknown collective";
 }
 
 bool OpDescriptor::operator==(const OpDescriptor& other) const {

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <type_traits>
+#include <utility>
+
 #include <c10/macros/Macros.h>
 
 namespace dummy_collectives {
@@ -19,6 +22,14 @@ inline void requireCreatorProcess(int creator, const char* collective, int rank)
   if (C10_UNLIKELY(thisProcessId() != creator)) {
     refuseForkedChild(creator, collective, rank);
   }
+}
+
+// Keeps what `owners` own alive until the process exits, without running their destructors:
+// for objects whose destructor would join a thread that cannot be joined here (a forked child's
+// copy of its parent's threads, a thread blocked in a wait nothing can interrupt).
+template <typename... Owners>
+void leaveToExit(Owners&&... owners) {
+  (static_cast<void>(new std::decay_t<Owners>(std::forward<Owners>(owners))), ...);
 }
 
 } // namespace dummy_collectives

@@ -23,6 +23,7 @@
 #include "shm/wait_policy.hpp"
 #include "hierarchy/link_probe.hpp"
 #include "hierarchy/two_level.hpp"
+#include "c10d/local_error.hpp"
 #include "c10d/this_process.hpp"
 
 namespace dummy_collectives::hierarchy {
@@ -260,9 +261,7 @@ TwoLevelLowering::~TwoLevelLowering() {
   if (!health_->brokenReason().empty()) {
     // A failed group may have given up a cross-host wait the engine cannot interrupt: its
     // destructor would join a thread still blocked in it. The process's exit closes it.
-    new std::unique_ptr<InterHostEngine>(std::move(rail_));
-    new std::unique_ptr<InterHostEngine>(std::move(everyone_));
-    new std::unique_ptr<CrossHostP2P>(std::move(p2p_));
+    leaveToExit(std::move(rail_), std::move(everyone_), std::move(p2p_));
   }
 }
 
@@ -346,18 +345,10 @@ void TwoLevelLowering::run(OpContext& call, const std::function<void()>& collect
   }
   const InFlight inFlight(*health_); // the host's watcher asks the store meanwhile
   health_->raiseIfBroken(call.describe());
-  try {
-    collective();
-  } catch (const c10::DistBackendError&) {
-    throw; // the group's failure, or a mismatch every rank raises alike
-  } catch (const c10::ValueError&) {
-    throw; // bad arguments every rank found after the agreement (all-to-all split sizes)
-  } catch (const std::exception& e) {
-    // Anything else (out of memory, a bug) happened on this rank alone, part way through the
-    // collective's steps: its peers would wait for steps it never takes. Fail the group, so
-    // every rank on every host raises this, naming this rank.
-    health_->fail(call.describe(), c10::str("failed on ", health_->self(), ": ", e.what()));
-  }
+  // Every rank on every host raises an error of this rank alone, naming this rank.
+  failGroupOnLocalError(collective, [&](const std::string& error) {
+    health_->fail(call.describe(), c10::str("failed on ", health_->self(), ": ", error));
+  });
   if (call.arrival != nullptr && call.arrival->known()) {
     waits_->add(call.arrival->lastRank, call.arrival->waitedNs);
   }

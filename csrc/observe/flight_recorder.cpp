@@ -249,48 +249,6 @@ std::vector<EntryCopy> Ring::snapshot() const {
   return result;
 }
 
-const char* opName(CollectiveKind kind) {
-  // The names torchfrtrace knows (flight_recorder/components/types.py, COLLECTIVES), as NCCL
-  // records them; the list forms of all-gather and reduce-scatter are recorded flattened.
-  switch (kind) {
-    case CollectiveKind::kAllreduce:
-    case CollectiveKind::kAllreduceSparse:
-      return "all_reduce";
-    case CollectiveKind::kAllgather:
-      return "all_gather";
-    case CollectiveKind::kBroadcast:
-      return "broadcast";
-    case CollectiveKind::kBarrier:
-      return "barrier";
-    case CollectiveKind::kAllgatherBase:
-      return "_all_gather_base";
-    case CollectiveKind::kAllreduceCoalesced:
-      return "allreduce_coalesced";
-    case CollectiveKind::kReduce:
-      return "reduce";
-    case CollectiveKind::kAllgatherCoalesced:
-      return "ALLGATHER_coalesced";
-    case CollectiveKind::kAllgatherIntoTensorCoalesced:
-      return "all_gather_into_tensor_coalesced";
-    case CollectiveKind::kGather:
-      return "gather";
-    case CollectiveKind::kScatter:
-      return "scatter";
-    case CollectiveKind::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveKind::kReduceScatterBase:
-      return "_reduce_scatter_base";
-    case CollectiveKind::kReduceScatterTensorCoalesced:
-      return "reduce_scatter_tensor_coalesced";
-    case CollectiveKind::kAlltoall:
-    case CollectiveKind::kAlltoallBase:
-      // NCCL records both as all_to_all, whose sizes torchfrtrace does not compare across
-      // ranks (uneven splits differ by rank).
-      return "all_to_all";
-  }
-  return "barrier";
-}
-
 uint64_t record(
     Group* group,
     const OpInfo& info,

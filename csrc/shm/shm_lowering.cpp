@@ -11,30 +11,16 @@
 #include "c10d/work.hpp"
 
 #include "c10d/host_staging.hpp"
+#include "c10d/local_error.hpp"
 
 namespace dummy_collectives {
 namespace {
 
-// Runs a collective's steps once its descriptor is published. An error of this rank alone (out
-// of memory staging a tensor or padding a sparse one, a bug) leaves it out of the collective's
-// remaining steps: its peers would wait for them, or read its next collective's steps as this
-// one's (a wrong result, or mismatches for ever after). So it fails the group for every rank,
-// naming this rank and its error. The group's own failures (DistBackendError: a dead peer, a
-// timeout, an abort, a mismatch every rank raises alike) and bad arguments every rank finds
-// alike (ValueError: all-to-all split sizes) pass through.
+// Fails the group for every rank on an error of this rank alone (local_error.hpp), naming it.
 template <typename Body>
 void failGroupOnLocalError(ShmTransport& transport, Body&& body) {
-  try {
-    body();
-  } catch (const c10::DistBackendError&) {
-    throw;
-  } catch (const c10::ValueError&) {
-    throw;
-  } catch (const c10::Error& e) {
-    transport.failOnThisRank(e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    transport.failOnThisRank(e.what());
-  }
+  dummy_collectives::failGroupOnLocalError(
+      std::forward<Body>(body), [&](const std::string& error) { transport.failOnThisRank(error); });
 }
 
 // TRACE: the line of a point-to-point operation, written when it completes (after its

@@ -221,13 +221,12 @@ class DummyBackend final : public c10d::Backend {
   static Issue issued(const Options& opts) {
     return {opts.timeout, !opts.asyncOp};
   }
-  // Issues a collective; `body(Lowering&, const OpContext&)` runs inside Lowering::run(), on
-  // the engine thread, or right here when the caller blocks on it and nothing is queued ahead.
+  // Issues a collective (its names are op.kind's); `body(Lowering&, const OpContext&)` runs
+  // inside Lowering::run(), on the engine thread, or right here when the caller blocks on it and
+  // nothing is queued ahead.
   template <typename Body>
   c10::intrusive_ptr<c10d::Work> submit(
       OpDescriptor op,
-      c10d::OpType opType,
-      const char* profilingTitle,
       const std::vector<at::Tensor>& inputs,
       std::vector<at::Tensor> outputs,
       Issue issue,
@@ -239,8 +238,6 @@ class DummyBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> submitDevice(
       DeviceCollectives& device,
       OpDescriptor op,
-      c10d::OpType opType,
-      const char* profilingTitle,
       const std::vector<at::Tensor>& inputs,
       std::vector<at::Tensor> outputs,
       Issue issue,
@@ -269,7 +266,7 @@ class DummyBackend final : public c10d::Backend {
     std::string groupUid;
     const char* title;
   };
-  std::shared_ptr<const WaitRecord> waitRecord(bool observed, const char* profilingTitle) const;
+  std::shared_ptr<const WaitRecord> waitRecord(bool observed, CollectiveKind kind) const;
   // Everything a queued collective's run needs of the group, by value or by pointer to what
   // outlives the engine that runs it.
   struct Running {
@@ -291,8 +288,6 @@ class DummyBackend final : public c10d::Backend {
       Start&& start);
   c10::intrusive_ptr<c10d::Work> enqueue(
       const OpDescriptor& op,
-      c10d::OpType opType,
-      const char* profilingTitle,
       const std::vector<at::Tensor>& inputs,
       std::vector<at::Tensor> outputs,
       std::function<void(DummyWork&)> body);
@@ -300,7 +295,9 @@ class DummyBackend final : public c10d::Backend {
   DeviceCollectives* deviceFor(const std::vector<at::Tensor>& tensors) const;
   // Also refuses a forked child and a shut-down group (requireUsable).
   Checker checker(const char* collective) const;
+  Checker checker(CollectiveKind collective) const;
   void requireReal(const char* collective) const;
+  void requireReal(CollectiveKind collective) const;
   // Raises in a process that did not create the group: a child forked after the group was made
   // shares the parent's segment and would take the parent's place in its collectives (NCCL
   // refuses a communicator in a forked child too). A cached compare, not a syscall. Raises too
@@ -317,10 +314,7 @@ class DummyBackend final : public c10d::Backend {
       const c10d::ReduceScatterOptions& opts,
       bool coalesced);
   // Zero mode: the tutorial's semantics, done on the spot.
-  c10::intrusive_ptr<c10d::Work> zeroed(
-      c10d::OpType opType,
-      const char* profilingTitle,
-      std::vector<at::Tensor> outputs);
+  c10::intrusive_ptr<c10d::Work> zeroed(CollectiveKind kind, std::vector<at::Tensor> outputs);
   // Numbers a point-to-point operation and records it (record_param_comms, the flight
   // recorder), whichever level carries it.
   PointToPoint pointToPoint(

@@ -97,9 +97,6 @@ void completed(uint64_t id);
 // where the collective exchanged arrivals (arrival.known()).
 void completed(uint64_t id, const Arrival& arrival);
 
-// torchfrtrace's name of a collective (its COLLECTIVES set).
-const char* opName(CollectiveKind kind);
-
 // The dump, as torch's FlightRecorder::dump() writes it: a pickled dict with "version" "2.10",
 // "pg_config", "pg_status", "comm_lib_version" and (includeCollectives) "entries". Entries carry
 // no stack frames (capturing them costs microseconds per operation); with includeStackTraces
