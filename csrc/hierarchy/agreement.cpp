@@ -10,27 +10,14 @@
 #include <torch/csrc/distributed/c10d/exception.h>
 
 #include <dummy_collectives/arrival.hpp>
+#include "hierarchy/agreement_records.hpp"
 
 namespace dummy_collectives::hierarchy {
 namespace {
 
-enum Verdict : int32_t {
-  kAgreed = 0,
-  kHostDisagrees = 1,  // the ranks of the writer's host called different collectives
-  kGroupDisagrees = 2, // a leader's broadcast: the group disagrees (its message is the payload)
-};
+using namespace records; // NOLINT(google-build-using-namespace): this file is their user
+using records::recordBytes; // overloaded below for a group's settings
 
-// Every record starts with this; its payload follows at kHeaderBytes.
-using Header = Agreement::Header;
-
-constexpr size_t kHeaderBytes = 128;
-static_assert(sizeof(Header) <= kHeaderBytes, "the header outgrew its space");
-static_assert(std::is_trivially_copyable_v<Header>, "headers travel as bytes");
-
-// A record's size: the header and room for `payloadBytes`, in whole cache lines.
-size_t recordBytes(size_t payloadBytes) {
-  return kHeaderBytes + (payloadBytes + 63) / 64 * 64;
-}
 size_t recordBytes(const HierarchySettings& settings) {
   return recordBytes(settings.inlineBytes);
 }
@@ -64,59 +51,6 @@ void failIfPeersMayHaveGivenUp(
   }
 }
 
-// `header` and `payload` at the start of `record` (contiguous bytes).
-void writeRecord(const at::Tensor& record, const Header& header, ByteView payload) {
-  const auto bytes = static_cast<size_t>(record.numel());
-  TORCH_CHECK(
-      kHeaderBytes + payload.size <= bytes,
-      "dummy_collectives: ", payload.size, " bytes do not fit a ", bytes, "-byte record");
-  // Only the header's padding is zeroed (a record crosses hosts as bytes): the payload is
-  // copied over the rest, and what follows it is never read.
-  auto* base = static_cast<std::byte*>(record.data_ptr());
-  std::memset(base, 0, kHeaderBytes);
-  std::memcpy(base, &header, sizeof(Header));
-  if (payload.size > 0) {
-    std::memcpy(base + kHeaderBytes, payload.data, payload.size);
-  }
-}
-
-at::Tensor makeRecord(size_t bytes, const Header& header, ByteView payload) {
-  at::Tensor record = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
-  writeRecord(record, header, payload);
-  return record;
-}
-
-// Record i of `records` (count records of `bytes` each).
-struct Record {
-  Header header;
-  ByteView payload;
-};
-std::vector<Record> readRecords(const at::Tensor& records, const std::vector<int64_t>& offsets) {
-  std::vector<Record> out;
-  const auto* base = static_cast<const std::byte*>(records.data_ptr());
-  for (const int64_t offset : offsets) {
-    Record r;
-    std::memcpy(&r.header, base + offset, sizeof(Header));
-    r.payload = {base + offset + kHeaderBytes, static_cast<size_t>(r.header.payloadBytes)};
-    out.push_back(r);
-  }
-  return out;
-}
-std::vector<Record> readRecords(const at::Tensor& records, int count, size_t bytes) {
-  std::vector<int64_t> offsets;
-  for (int i = 0; i < count; ++i) {
-    offsets.push_back(static_cast<int64_t>(i * bytes));
-  }
-  return readRecords(records, offsets);
-}
-
-std::vector<ByteView> payloadsOf(const std::vector<Record>& records) {
-  std::vector<ByteView> views;
-  for (const auto& r : records) {
-    views.push_back(r.payload);
-  }
-  return views;
-}
 
 [[noreturn]] void raiseMismatch(const std::string& message) {
   C10_THROW_ERROR(DistBackendError, message);
@@ -374,13 +308,6 @@ at::Tensor& keptBuffer(at::Tensor& buffer, size_t bytes) {
     buffer = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
   }
   return buffer;
-}
-
-ByteView payloadOf(const at::Tensor& record) {
-  Header header;
-  std::memcpy(&header, record.data_ptr(), sizeof(Header));
-  return {static_cast<const std::byte*>(record.data_ptr()) + kHeaderBytes,
-          static_cast<size_t>(header.payloadBytes)};
 }
 
 // What a receiving host's leader makes of the root's record: the mismatch every rank of its
