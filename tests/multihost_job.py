@@ -232,7 +232,7 @@ def mismatch(out_dir: str) -> Result:
         result["within_host"] = _attempt(lambda: dist.all_reduce(t))
     result["within_host_untouched"] = bool((t == rank).all())
     # The group is still usable, small and large (not where the hosts run one rank each: a
-    # broadcast met by another collective there fails the group, README "Across hosts").
+    # broadcast met by another collective there fails the group, docs/faults.md).
     ok = []
 
     def use() -> None:

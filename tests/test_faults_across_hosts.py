@@ -128,8 +128,9 @@ def test_the_store_host_dying_mid_collective_is_named_without_cpp_frames() -> No
 
 
 def test_ranks_idle_after_the_store_host_left_are_silent() -> None:
-    # README: a store the watcher cannot reach is not a failure by itself (its host may leave
-    # after its last collective). Being idle then must not flood stderr with store warnings.
+    # A store the watcher cannot reach is not a failure by itself (its host may leave after its
+    # last collective; docs/design.md, "Faults across hosts"). Being idle then must not flood
+    # stderr with store warnings (docs/faults.md).
     job = faultjob.run_job(
         2, store_host_leaves, harness.free_port(), 3.0, timeout_s=120, init=False
     )

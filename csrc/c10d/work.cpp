@@ -76,7 +76,7 @@ c10::intrusive_ptr<DummyWork> DummyWork::ran(
   auto work = c10::make_intrusive<DummyWork>(
       rank, opType, nullptr, noInputs, std::move(outputs), seq, nullptr, std::weak_ptr<Progress>());
   // No other thread sees it yet: no lock, no waiter, no future. (Small blocking collectives
-  // all end here; the locks of complete() were a measurable part of what they cost.)
+  // all end here; the locks of complete() would be a measurable part of what they cost.)
   work->setDone(std::move(error));
   return work;
 }

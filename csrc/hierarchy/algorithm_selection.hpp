@@ -11,7 +11,7 @@ namespace dummy_collectives::hierarchy {
 enum class Collective { kAllreduce, kBroadcast, kAllgather };
 
 // Every cross-host algorithm, by name. What each does and where it applies: algorithm_table.hpp;
-// docs/design.md, "Cross-host algorithms".
+// docs/across_hosts.md, "Cross-host algorithms"; docs/design.md, "Named algorithms, one table".
 enum class Algorithm {
   kAllreduceRecords,
   kAllreduceSegments,

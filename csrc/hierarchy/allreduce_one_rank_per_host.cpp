@@ -11,7 +11,7 @@ namespace {
 // One rank per host on the leaders' links: an allreduce's segment (below), by host count. The
 // pieces of a segment stay in cache while they are sent, received and folded; each segment costs
 // two waits for every host. Segments beat both the swap and gloo's own allreduce on two hosts;
-// on three, 2 MiB segments were the best of 1, 2 and 4 MiB (docs/benchmarks.md, "One rank per
+// on three, 2 MiB segments are the best of those measured (docs/benchmarks.md, "One rank per
 // host, large allreduces" and "Three hosts of one rank: pieces on the links").
 constexpr int64_t kTwoHostsSegmentBytes = int64_t{4} << 20;
 constexpr int64_t kHostsSegmentBytes = int64_t{2} << 20;
@@ -19,9 +19,9 @@ constexpr int64_t kHostsSegmentBytes = int64_t{2} << 20;
 // One rank per host, on the leaders' links, segment by segment: each segment's pieces are
 // folded where they are kept and sent back (foldPiecesOnLinks). A ring's bytes, without gloo's
 // thread hand-offs, each host folding its piece of the message, the same bits on every rank for
-// every dtype and operation. An all-to-all and all-gather of padded copies, and a ring of
-// send-receive steps on the links, lost to gloo's ring on three hosts sharing two cores: each
-// step waits for all three processes, one of which two cores always leave waiting
+// every dtype and operation. An all-to-all and all-gather of padded copies, or a ring of
+// send-receive steps on the links, would lose to gloo's ring on three hosts sharing two cores:
+// each step waits for all three processes, one of which two cores always leave waiting
 // (docs/benchmarks.md, "Three hosts of one rank: pieces on the links").
 void allreduceInSegmentsOnLinks(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {

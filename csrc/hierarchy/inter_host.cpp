@@ -16,8 +16,8 @@ at::Tensor bytesOf(const at::Tensor& tensor) {
 at::Tensor copiesOf(const at::Tensor& bytes, int count) {
   // A plain memcpy, not Tensor::repeat: ATen parallelizes a large copy with OpenMP, whose
   // threads then spin for a while after it; on a host whose cores the ranks share (torchrun
-  // leaves OMP_NUM_THREADS unset for one rank per host) the spinning starved gloo's network
-  // thread: a 3-host allreduce of 64 KiB took 20 ms instead of 1.5.
+  // leaves OMP_NUM_THREADS unset for one rank per host) the spinning starves gloo's network
+  // thread (docs/benchmarks.md, "Three hosts of one rank: pieces on the links").
   const int64_t n = bytes.numel();
   at::Tensor copies = at::empty({n * count}, bytes.options());
   auto* out = static_cast<std::byte*>(copies.data_ptr());

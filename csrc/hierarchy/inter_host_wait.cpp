@@ -176,7 +176,7 @@ void InterHostEngine::timedOut(
   }
   // The reason goes to every rank: it names who waited (a rank quoting it would otherwise seem
   // to have waited for itself), and the time since the collective began, which the deadline
-  // counts from (not since this wait began: that quoted less than the timeout).
+  // counts from (the time since this wait began would quote less than the timeout).
   const auto began = ctx.deadline - ctx.timeout;
   const auto waited =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count();

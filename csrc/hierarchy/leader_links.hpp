@@ -36,11 +36,11 @@ namespace dummy_collectives::hierarchy {
 // Where records travel (the hosts' leaders), each pair has two connections: records (exchanges
 // and one-way records) on one, data on the other. A TCP connection's congestion control keeps
 // what the connection's past traffic taught it: under BBR (Linux's common choice) a connection
-// that carried bulk data both ways at a shaped 1 Gbit/s paced the next small records at that
-// estimate and its probing cycle, not at the link's speed, which records on a connection of
-// their own avoid. Records are what every collective waits for first; data follows an
-// agreement, so each channel still pairs frame by frame (docs/benchmarks.md, "Records on a
-// connection of their own", has the measurements and the price).
+// that has carried bulk data both ways paces the next small records at that estimate and its
+// probing cycle, not at the link's speed, which records on a connection of their own avoid.
+// Records are what every collective waits for first; data follows an agreement, so each
+// channel still pairs frame by frame (docs/benchmarks.md, "Records on a connection of their
+// own", has the measurements and the price).
 // The links on TCP sockets of our own (PeerLinks, peer_links.hpp).
 class LeaderLinks final : public PeerLinks {
  public:

@@ -21,9 +21,9 @@ namespace dummy_collectives::hierarchy {
 // of the group reads it, so all cut their messages alike.
 //
 // The leaders measure on a gloo group of their own, dropped after (its connections close), not
-// on the rail: bulk traffic both ways left the rail's TCP connections in a state where every
-// later 64 KiB broadcast took up to twice as long (docs/benchmarks.md, "The link probe's own
-// connections").
+// on the rail: bulk traffic both ways leaves a TCP connection pacing later small messages below
+// the link's speed, which would slow every later small broadcast on the rail
+// (docs/benchmarks.md, "The link probe's own connections").
 struct LinkVerdict {
   size_t minChunkBytes = 0;
   double gbitPerSecond = 0; // as the slowest leader measured it
@@ -34,10 +34,9 @@ LinkVerdict chooseMinChunkBytes(
     c10d::Store& store,
     size_t chunkBytes);
 
-// Below this rate (bits per second) a pipeline's chunks are 256 KiB. Measured here: 0.90-0.92
-// Gbit/s through a 1 Gbit/s tbf, 2.4-4.3 Gbit/s on the unshaped veths of this 2-core machine
-// (2 hosts x 2 ranks, 3 + 1); the threshold sits between them, and a 2.5 GbE link or faster
-// counts as fast.
+// Below this rate (bits per second) a pipeline's chunks are 256 KiB: the threshold sits between
+// what the probe measures through a 1 Gbit/s link and on unshaped veths (docs/benchmarks.md,
+// "Chunk size and count"), so a 2.5 GbE link or faster counts as fast.
 constexpr double kSlowLinkBitsPerSecond = 1.5e9;
 constexpr size_t kSlowLinkMinChunkBytes = size_t{256} << 10;
 

@@ -78,9 +78,8 @@ void reduceScatterData(
            }
          }
          // memcpy, not ATen's copy_: where ranks share cores its OpenMP threads spin after a
-         // large copy and starve the network threads (copiesOf). 3x1's reduce-scatter of 4 MiB
-         // under torchrun (OMP_NUM_THREADS unset): 20-26 ms with copy_ into a new tensor,
-         // 5.5-7.5 ms with neither (gloo's: 24-36 ms).
+         // large copy and starve the network threads (copiesOf; docs/benchmarks.md, "Three hosts
+         // of one rank: pieces on the links").
          at::Tensor byRail = inRailOrder ? in : at::empty({L * H * m}, in.options()); // [k][h][m]
          for (int k = 0; k < L && !inRailOrder; ++k) {
            for (int h = 0; h < H; ++h) {
@@ -225,8 +224,7 @@ void alltoall(
   at::Tensor outBytes = bytesOf(output);
   at::Tensor inBytes = bytesOf(input.contiguous());
   // One rank per host numbered in host order: the rail's members are the ranks, and its links
-  // move the parts with no thread hand-off (3x1, 4 MiB: its all-gather on the links 3.2-3.9 ms
-  // against gloo's all-to-all of the same bytes 4.1 ms).
+  // move the parts with no thread hand-off (docs/benchmarks.md, "All-to-all across hosts").
   if (levels.oneRankPerHost() && levels.rail->hasLinks() &&
       hostOrderIsRankOrder(levels.topology)) {
     debug_log::note("one rank per host, on the links");

@@ -26,7 +26,7 @@ namespace dummy_collectives::hierarchy::two_level {
 // inter_host_chunk_bytes each: on a link slower than memory the in-host stages of one chunk then
 // hide behind the cross-host stage of another, and only the first chunk's reduce-scatter and the
 // last one's all-gather are exposed; large messages keep large chunks, fewer operations on the
-// engine. Fewer chunks, or a larger least size, left a 1 Gbit/s link idle around the exposed
+// engine. Fewer chunks, or a larger least size, leave a slow link idle around the exposed
 // stages; more chunks cost unshaped links a core hand-off per operation (docs/benchmarks.md,
 // "Chunk size and count").
 constexpr int64_t kMinChunks = 8;

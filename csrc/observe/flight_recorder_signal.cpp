@@ -2,8 +2,9 @@
 //
 // When one rank of a torchrun job fails (it timed out waiting for a hung peer and raised, say),
 // torchrun's agent sends SIGTERM to the job's other ranks, and SIGKILL after a grace period. The
-// hung rank never reaches a point where it learns that its group failed, so its dump was missing
-// and torchfrtrace could not say which rank held the job up ("Missing dump files from ranks").
+// hung rank never reaches a point where it learns that its group failed, so without this its
+// dump would be missing and torchfrtrace could not say which rank held the job up ("Missing
+// dump files from ranks").
 //
 // Where a dump file is asked for (TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE set:
 // a plain SIGTERM, such as a cancelled job, writes nothing anywhere by default), the process's

@@ -125,7 +125,7 @@ void alltoall(Transport& t, const std::vector<Span>& sends, const std::vector<Sp
 
 // Through the slots only: the root copies each chunk in while the others copy the previous one
 // out, so two cores share the work; reading the root's tensor would leave it all to the readers,
-// which measured slower (docs/benchmarks.md, "Peer access").
+// which is slower (docs/benchmarks.md, "Peer access").
 void broadcast(Transport& t, at::Tensor& data, int root);
 
 void barrier(Transport& t);

@@ -17,9 +17,9 @@
 // A host level of a group across hosts (two_level_lowering.cpp) whose ranks share cores skips
 // the yield phase: what its waits wait for is often a leader's cross-host step, and a waiter
 // yielding for 2 ms takes the core from the thread doing the network I/O and the kernel's packet
-// work; sleeping at once made large collectives across hosts faster at a small cost to tiny
+// work; sleeping at once makes large collectives across hosts faster at a small cost to tiny
 // ones (docs/benchmarks.md, "Waiting"). On one host the yield phase stays: there it is what lets
-// 4 or 8 ranks on 2 cores run (sleeping at once was slower at every size).
+// more ranks than cores run (sleeping at once is slower at every size).
 //
 // Whether ranks outnumber cores is a property of the group, not of one rank: ranks pinned to a
 // core each (taskset, numactl, a launcher's CPU binding) may each run on one CPU, yet no two

@@ -1,7 +1,7 @@
 #pragma once
 
 // Who made whom wait: per collective, which rank arrived last and how long this rank waited for
-// it (issue 23), and running totals of that over a window. See docs/design.md, "Who made whom
+// it, and running totals of that over a window. See docs/design.md, "Who made whom
 // wait", for exactly what the numbers mean on one host and across hosts.
 
 #include <atomic>

@@ -107,9 +107,9 @@ class DummyBackend final : public c10d::Backend {
 #endif
   // No abort hooks (torch >= 2.15's registerAbortHook), on purpose: torch attaches its own
   // flight-recorder hook (FlightRecorderHook::onAbort, a dump of torch's trace) to every
-  // backend that takes them, and run on the thread that met the failure it held every failure
-  // back by 2 s, and up to 15 s, on the 2-core machine (a dead peer was named after 2.2 s
-  // instead of 0.06 s). This backend writes its own flight recorder dump on failure.
+  // backend that takes them, and run on the thread that met the failure it holds every failure
+  // back by seconds, where every rank must hear of it at once. This backend writes its own
+  // flight recorder dump on failure.
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
