@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
+#include "hierarchy/ucx_wire.hpp"
 #include "shm/wait_policy.hpp"
 #include "ucx/ucx_api.hpp"
 
@@ -14,126 +15,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A tag: kind (4 bits), channel (1), sender (27), the message's number on its channel (32).
-enum WireKind : uint64_t { kExchange = 1, kOneWay = 2, kDataKind = 3, kHangUp = 4, kHello = 5 };
-constexpr int kKindShift = 60;
-constexpr int kChannelShift = 59;
-constexpr int kSenderShift = 32;
-constexpr uint64_t kSequenceBits = 0xffffffffULL;
-constexpr uint64_t kSenderBits = ((uint64_t{1} << 27) - 1) << kSenderShift;
-constexpr uint64_t kChannelBit = uint64_t{1} << kChannelShift;
-constexpr uint64_t kAnyKind = kChannelBit | kSenderBits | kSequenceBits;
-constexpr uint64_t kWholeTag = ~uint64_t{0};
-
-uint64_t tagOf(uint64_t kind, int channel, int sender, uint32_t sequence) {
-  return (kind << kKindShift) | (uint64_t(channel) << kChannelShift) |
-      (uint64_t(sender) << kSenderShift) | sequence;
-}
-uint64_t kindOf(uint64_t tag) {
-  return tag >> kKindShift;
-}
+using namespace ucx_wire; // NOLINT(google-build-using-namespace): the links' own messages
 
 std::string keyOf(int groupRank) {
   return c10::str("dummy_collectives/ucx_links/", groupRank);
-}
-
-// How many messages a frame of `bytes` is: records one; data pieces of at most kPieceBytes.
-int piecesOf(PeerLinks::Kind kind, int64_t bytes) {
-  if (kind != PeerLinks::Kind::kData || bytes <= UcxLinks::kPieceBytes) {
-    return 1;
-  }
-  return static_cast<int>((bytes + UcxLinks::kPieceBytes - 1) / UcxLinks::kPieceBytes);
-}
-
-} // namespace
-
-// A posted send or receive. `keep` holds the memory UCX reads or writes until it is done.
-struct UcxLinks::Request {
-  ucs_status_ptr_t handle = nullptr;
-  at::Tensor keep;
-  // Whether UCX is done with it (completed at once, or checked since), and how.
-  bool receive = false;
-  bool done = false;
-  ucs_status_t status = UCS_OK;
-  size_t length = 0;     // a receive's message length
-  uint64_t senderTag = 0; // a receive's message's tag
-
-  // Records a call's result: done at once (a status) or a request to check.
-  void posted(ucs_status_ptr_t result, const ucp_tag_recv_info_t& immediate) {
-    if (UCS_PTR_IS_PTR(result)) {
-      handle = result;
-    } else {
-      done = true;
-      status = UCS_PTR_STATUS(result);
-      length = immediate.length;
-      senderTag = immediate.sender_tag;
-    }
-  }
-  // Whether it is done; a receive's length lands in `length`.
-  bool test() {
-    if (done) {
-      return true;
-    }
-    const ucx::Api& ucp = ucx::api();
-    if (receive) {
-      ucp_tag_recv_info_t info{};
-      status = ucp.ucp_tag_recv_request_test(handle, &info);
-      length = info.length;
-      senderTag = info.sender_tag;
-    } else {
-      status = ucp.ucp_request_check_status(handle);
-    }
-    if (status == UCS_INPROGRESS) {
-      return false;
-    }
-    ucp.ucp_request_free(handle);
-    handle = nullptr;
-    done = true;
-    return true;
-  }
-};
-
-namespace {
-
-// Posts a send of `length` bytes at `data` to `ep`.
-void postSend(UcxLinks::Request& request, ucp_ep_h ep, const void* data, size_t length,
-              uint64_t tag) {
-  ucp_request_param_t params{};
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
-  params.datatype = ucp_dt_make_contig(1);
-  request.receive = false;
-  request.posted(ucx::api().ucp_tag_send_nbx(ep, data, length, tag, &params),
-                 ucp_tag_recv_info_t{tag, length});
-}
-
-// Posts a receive through `receive(params)`, UCX's call with the buffer and what to match bound;
-// a receive that completes at once reports its tag and length through the parameters.
-template <typename Receive>
-void postReceiveWith(UcxLinks::Request& request, const Receive& receive) {
-  ucp_tag_recv_info_t info{};
-  ucp_request_param_t params{};
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO;
-  params.datatype = ucp_dt_make_contig(1);
-  params.recv_info.tag_info = &info;
-  const ucs_status_ptr_t result = receive(&params);
-  request.receive = true;
-  request.posted(result, info);
-}
-
-// Takes the probed `message` (of `length` bytes) into `data`.
-void postReceive(UcxLinks::Request& request, ucp_worker_h worker, void* data, size_t length,
-                 ucp_tag_message_h message) {
-  postReceiveWith(request, [&](const ucp_request_param_t* params) {
-    return ucx::api().ucp_tag_msg_recv_nbx(worker, data, length, message, params);
-  });
-}
-
-// Posts a receive of the message tagged `tag` (under `mask`) into `length` bytes at `data`.
-void postExpected(UcxLinks::Request& request, ucp_worker_h worker, void* data, size_t length,
-                  uint64_t tag, uint64_t mask) {
-  postReceiveWith(request, [&](const ucp_request_param_t* params) {
-    return ucx::api().ucp_tag_recv_nbx(worker, data, length, tag, mask, params);
-  });
 }
 
 } // namespace

@@ -1,0 +1,91 @@
+#include "hierarchy/ucx_wire.hpp"
+
+#include "ucx/ucx_api.hpp"
+
+namespace dummy_collectives::hierarchy {
+
+void UcxLinks::Request::posted(ucs_status_ptr_t result, const ucp_tag_recv_info_t& immediate) {
+  if (UCS_PTR_IS_PTR(result)) {
+    handle = result;
+  } else {
+    done = true;
+    status = UCS_PTR_STATUS(result);
+    length = immediate.length;
+    senderTag = immediate.sender_tag;
+  }
+}
+
+bool UcxLinks::Request::test() {
+  if (done) {
+    return true;
+  }
+  const ucx::Api& ucp = ucx::api();
+  if (receive) {
+    ucp_tag_recv_info_t info{};
+    status = ucp.ucp_tag_recv_request_test(handle, &info);
+    length = info.length;
+    senderTag = info.sender_tag;
+  } else {
+    status = ucp.ucp_request_check_status(handle);
+  }
+  if (status == UCS_INPROGRESS) {
+    return false;
+  }
+  ucp.ucp_request_free(handle);
+  handle = nullptr;
+  done = true;
+  return true;
+}
+
+namespace ucx_wire {
+namespace {
+
+// Posts a receive through `receive(params)`, UCX's call with the buffer and what to match bound;
+// a receive that completes at once reports its tag and length through the parameters.
+template <typename Receive>
+void postReceiveWith(UcxLinks::Request& request, const Receive& receive) {
+  ucp_tag_recv_info_t info{};
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO;
+  params.datatype = ucp_dt_make_contig(1);
+  params.recv_info.tag_info = &info;
+  const ucs_status_ptr_t result = receive(&params);
+  request.receive = true;
+  request.posted(result, info);
+}
+
+} // namespace
+
+int piecesOf(PeerLinks::Kind kind, int64_t bytes) {
+  if (kind != PeerLinks::Kind::kData || bytes <= UcxLinks::kPieceBytes) {
+    return 1;
+  }
+  return static_cast<int>((bytes + UcxLinks::kPieceBytes - 1) / UcxLinks::kPieceBytes);
+}
+
+void postSend(UcxLinks::Request& request, ucp_ep_h ep, const void* data, size_t length,
+              uint64_t tag) {
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  params.datatype = ucp_dt_make_contig(1);
+  request.receive = false;
+  request.posted(ucx::api().ucp_tag_send_nbx(ep, data, length, tag, &params),
+                 ucp_tag_recv_info_t{tag, length});
+}
+
+void postReceive(UcxLinks::Request& request, ucp_worker_h worker, void* data, size_t length,
+                 ucp_tag_message_h message) {
+  postReceiveWith(request, [&](const ucp_request_param_t* params) {
+    return ucx::api().ucp_tag_msg_recv_nbx(worker, data, length, message, params);
+  });
+}
+
+void postExpected(UcxLinks::Request& request, ucp_worker_h worker, void* data, size_t length,
+                  uint64_t tag, uint64_t mask) {
+  postReceiveWith(request, [&](const ucp_request_param_t* params) {
+    return ucx::api().ucp_tag_recv_nbx(worker, data, length, tag, mask, params);
+  });
+}
+
+} // namespace ucx_wire
+} // namespace dummy_collectives::hierarchy
