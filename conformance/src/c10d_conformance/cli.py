@@ -34,7 +34,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "else C10D_CONFORMANCE_HOST_ID)",
     )
     p.add_argument("--quick", action="store_true", help="only the fast rows (CI)")
-    p.add_argument("--only", help="only rows whose name matches this glob (e.g. 'all_reduce*')")
+    p.add_argument(
+        "--only", help="only the rows whose name matches one of these globs ('all_reduce*,DDP')"
+    )
     p.add_argument(
         "--distributed-test",
         choices=("none", "quick", "full"),
@@ -82,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         host_env = getattr(sys.modules[args.module], "HOST_ID_ENV", host_env)
     checks = [c for c in CHECKS if not args.quick or c.quick]
     if args.only:
-        checks = [c for c in checks if fnmatch.fnmatch(c.name, args.only)]
+        globs = args.only.split(",")
+        checks = [c for c in checks if any(fnmatch.fnmatch(c.name, g) for g in globs)]
     to_stdout = args.json == "-"
     log = sys.stderr if to_stdout else sys.stdout
     started = time.monotonic()
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += run_checks(cfg, caps, checks, args.deadline_scale, progress)
         if args.distributed_test != "none":
             rows += torch_suite.rows(
-                args.backend, args.module, w, args.distributed_test, args.keyword, log
+                args.backend, args.module, w, args.distributed_test, args.keyword, log, caps is None
             )
     hosts = f", {args.hosts} simulated hosts ({host_env})" if args.hosts > 1 else ""
     declares = "nothing (every row counts as declared)" if caps is None else ", ".join(sorted(caps))

@@ -12,7 +12,7 @@ LEGEND = (
     "pass: works as on gloo (or as the exact result where gloo cannot) | "
     "FAIL / HUNG: declared but fails / hangs | "
     "pass*: not declared but passes | "
-    "-: not declared, and does not work | skip: needs more ranks"
+    "-: not declared, and does not work | skip: not run (says why)"
 )
 MESSAGE_CHARS = 150
 
