@@ -61,28 +61,27 @@ def test_a_wrong_sum_fails_the_sum_rows_only() -> None:
     assert "declared but fail: all_reduce:SUM, DDP" in result["summary"]
 
 
-def test_a_hang_becomes_a_hung_row_and_the_next_row_runs() -> None:
+@pytest.mark.parametrize(
+    ("backend", "row", "where", "scale"),
+    [
+        # A hang becomes a HUNG row saying where each rank was; the next row runs on new ranks.
+        ("broken_hang", "all_gather", "torch.distributed.all_gather (from check_all_gather)", 0.25),
+        # A lost timeout: the collective on a group with a 2 s timeout never returns.
+        ("broken_timeout", "group timeout", "torch.distributed.all_reduce (from "
+         "check_group_timeout)", 0.4),
+    ],
+)  # fmt: skip
+def test_a_hang_becomes_a_hung_row_and_the_next_row_runs(
+    backend: str, row: str, where: str, scale: float
+) -> None:
     _, result = kit(
-        "--backend", "broken_hang", "--module", "broken_backends",
-        "--only", "all_gather,broadcast", "--deadline-scale", "0.25",
+        "--backend", backend, "--module", "broken_backends",
+        "--only", f"{row},barrier", "--deadline-scale", str(scale),
     )  # fmt: skip
     got = rows(result)
-    hung = got["all_gather"]
-    assert hung["cell"] == "HUNG", hung
-    assert "rank 0 in torch.distributed.all_gather (from check_all_gather)" in hung["message"]
-    assert "did not finish within 15 s" in hung["message"]
-    assert got["broadcast"]["cell"] == "pass"  # on new ranks
-
-
-def test_a_lost_timeout_hangs_the_timeout_row() -> None:
-    _, result = kit(
-        "--backend", "broken_timeout", "--module", "broken_backends",
-        "--only", "group timeout,barrier", "--deadline-scale", "0.4",
-    )  # fmt: skip
-    got = rows(result)
-    row = got["group timeout"]
-    assert row["cell"] == "HUNG", row
-    assert "torch.distributed.all_reduce (from check_group_timeout)" in row["message"]
+    assert got[row]["cell"] == "HUNG", got[row]
+    assert f"rank 0 in {where}" in got[row]["message"]
+    assert "did not finish within" in got[row]["message"]
     assert got["barrier"]["cell"] == "pass"
 
 

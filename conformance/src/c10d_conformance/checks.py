@@ -309,35 +309,25 @@ def check_scatter(ctx: RankContext) -> str:
     return each_dtype(ctx, f"scatter(src={src})", make)
 
 
-def check_reduce_scatter(ctx: RankContext) -> str:
+def check_reduce_scatter(ctx: RankContext, flat: bool) -> str:
+    """reduce_scatter (a list of inputs) or, ``flat``, reduce_scatter_tensor (one tensor)."""
     w = ctx.world_size
+    call = "reduce_scatter_tensor" if flat else "reduce_scatter"
 
     def make(dtype: torch.dtype, n: int) -> tuple[Op, Any]:
         def run(g: Any) -> torch.Tensor:
             out = torch.zeros(n, dtype=dtype)
-            dist.reduce_scatter(out, [value(ctx.rank, n, dtype, salt=j) for j in range(w)], group=g)
+            parts = [value(ctx.rank, n, dtype, salt=j) for j in range(w)]
+            if flat:
+                dist.reduce_scatter_tensor(out, torch.cat(parts), group=g)
+            else:
+                dist.reduce_scatter(out, parts, group=g)
             return out
 
-        parts = [value(r, n, dtype, salt=ctx.rank) for r in range(w)]
-        return run, exact_reduction("SUM", parts) if dtype != torch.bool else UNKNOWN
+        mine = [value(r, n, dtype, salt=ctx.rank) for r in range(w)]
+        return run, exact_reduction("SUM", mine) if dtype != torch.bool else UNKNOWN
 
-    return each_dtype(ctx, "reduce_scatter(SUM)", make)
-
-
-def check_reduce_scatter_tensor(ctx: RankContext) -> str:
-    w = ctx.world_size
-
-    def make(dtype: torch.dtype, n: int) -> tuple[Op, Any]:
-        def run(g: Any) -> torch.Tensor:
-            out = torch.zeros(n, dtype=dtype)
-            src = torch.cat([value(ctx.rank, n, dtype, salt=j) for j in range(w)])
-            dist.reduce_scatter_tensor(out, src, group=g)
-            return out
-
-        parts = [value(r, n, dtype, salt=ctx.rank) for r in range(w)]
-        return run, exact_reduction("SUM", parts) if dtype != torch.bool else UNKNOWN
-
-    return each_dtype(ctx, "reduce_scatter_tensor(SUM)", make)
+    return each_dtype(ctx, f"{call}(SUM)", make)
 
 
 def check_all_to_all(ctx: RankContext) -> str:
@@ -836,13 +826,16 @@ def _table() -> list[Check]:
         ("all_gather_into_tensor", check_all_gather_into_tensor),
         ("gather", check_gather),
         ("scatter", check_scatter),
-        ("reduce_scatter", check_reduce_scatter),
-        ("reduce_scatter_tensor", check_reduce_scatter_tensor),
         ("all_to_all", check_all_to_all),
         ("all_to_all_single", check_all_to_all_single),
         ("barrier", check_barrier),
     ):
         rows.append(Check(name, "collectives", (name,), fn))
+        if name == "gather":  # after it, as c10d lists them
+            rows += [
+                Check(call, "collectives", (call,), check_reduce_scatter, (("flat", flat),))
+                for call, flat in (("reduce_scatter", False), ("reduce_scatter_tensor", True))
+            ]
     p2p = ("send", "recv")
     rows += [
         Check("send/recv", "point-to-point", p2p, check_send_recv, min_world=2),
