@@ -831,7 +831,7 @@ def _table() -> list[Check]:
         ("barrier", check_barrier),
     ):
         rows.append(Check(name, "collectives", (name,), fn))
-        if name == "gather":  # after it, as c10d lists them
+        if name == "scatter":  # after it, as c10d lists them
             rows += [
                 Check(call, "collectives", (call,), check_reduce_scatter, (("flat", flat),))
                 for call, flat in (("reduce_scatter", False), ("reduce_scatter_tensor", True))
