@@ -23,15 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "conformance" / "src"))
+from c10d_conformance.torch_suite import parse_junit  # noqa: E402 (the kit, not installed)
+
 TEST_MODULE = Path(__file__).resolve().parent / "peer_suite_tests.py"
 OUTCOMES = ("passed", "failed", "error", "skipped", "missing")
 
@@ -52,6 +53,8 @@ def pytest_env(
     # Seconds before MultiProcessTestCase kills a test's ranks (torch's default is 300).
     env["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(test_timeout)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if backend == "dummy":
+        env["C10D_CONFORMANCE_MODULE"] = "dummy_collectives"
     return env
 
 
@@ -74,42 +77,6 @@ def collect(env: dict[str, str], keyword: str | None) -> list[str]:
 
 def test_name(node_id: str) -> str:
     return node_id.rsplit("::", 1)[-1]
-
-
-def error_summary(text: str) -> str:
-    """The most telling line of a failure: the last 'SomethingError: ...' line, else the last."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    pattern = re.compile(r"^([\w.]*(Error|Exception|Timeout)\b|AssertionError|Process \d+ )")
-    hits = [line for line in lines if pattern.match(line) and "exited with error code" not in line]
-    pick = hits[-1] if hits else (lines[-1] if lines else "")
-    return pick[:400]
-
-
-def parse_junit(path: Path) -> dict[str, dict[str, object]]:
-    results: dict[str, dict[str, object]] = {}
-    if not path.exists():
-        return results
-    try:
-        root = ET.parse(path).getroot()
-    except ET.ParseError:
-        return results
-    for case in root.iter("testcase"):
-        name = case.get("name", "")
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]
-                body = (child.get("message") or "") + "\n" + (child.text or "")
-                if outcome == "skipped":  # the reason's first line, not the traceback
-                    message = ((child.get("message") or "").strip().splitlines() or [""])[0]
-                else:
-                    message = error_summary(body)
-                    results.setdefault(name, {})["trace"] = body[-6000:]
-                break
-        entry = results.setdefault(name, {})
-        entry.update(outcome=outcome, seconds=round(float(case.get("time") or 0.0), 2))
-        entry["message"] = message[:400]
-    return results
 
 
 def run_backend(

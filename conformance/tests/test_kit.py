@@ -1,0 +1,150 @@
+"""The kit's own tests: deliberately broken backends (broken_backends.py) must fail the right
+rows, with messages that say what went wrong; the rest checks the pieces without ranks.
+
+Run: ``python -m pytest conformance/tests`` (about 2 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from c10d_conformance import report, runner, suite
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+
+
+def kit(*args: str) -> tuple[int, dict[str, Any]]:
+    """Runs ``python -m c10d_conformance ARGS --json`` with this folder importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(HERE), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "c10d_conformance", *args, "--distributed-test", "none", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def rows(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["name"]: row for row in result["rows"]}
+
+
+def test_a_wrong_sum_fails_the_sum_rows_only() -> None:
+    code, result = kit(
+        "--backend", "broken_sum", "--module", "broken_backends",
+        "--only", "all_reduce:SUM,all_reduce:MAX,reduce:SUM,broadcast,DDP",
+    )  # fmt: skip
+    assert code == 0  # it ran: the matrix says the rest
+    got = rows(result)
+    sum_row = got["all_reduce:SUM"]
+    assert (sum_row["cell"], sum_row["declared"]) == ("FAIL", True)
+    # Which call, which dtype and size, which rank, what it got, what gloo gives, where.
+    assert "all_reduce(SUM) float32 x1: rank 0 got [0.0]" in sum_row["message"]
+    assert "gloo gives [-1.0]" in sum_row["message"]
+    assert "first difference at index 0" in sum_row["message"]
+    assert got["all_reduce:MAX"]["cell"] == "pass"
+    assert got["broadcast"]["cell"] == "pass"
+    assert got["DDP"]["cell"] == "FAIL"  # DDP sums gradients
+    # reduce is not declared (CAPABILITIES) and the wrapper lacks it: "-", saying why.
+    assert got["reduce:SUM"]["cell"] == "-"
+    assert "reduce(SUM, dst=1)" in got["reduce:SUM"]["message"]
+    assert "declared but fail: all_reduce:SUM, DDP" in result["summary"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "row", "where", "scale"),
+    [
+        # A hang becomes a HUNG row saying where each rank was; the next row runs on new ranks.
+        ("broken_hang", "all_gather", "torch.distributed.all_gather (from check_all_gather)", 0.25),
+        # A lost timeout: the collective on a group with a 2 s timeout never returns.
+        ("broken_timeout", "group timeout", "torch.distributed.all_reduce (from "
+         "check_group_timeout)", 0.4),
+    ],
+)  # fmt: skip
+def test_a_hang_becomes_a_hung_row_and_the_next_row_runs(
+    backend: str, row: str, where: str, scale: float
+) -> None:
+    _, result = kit(
+        "--backend", backend, "--module", "broken_backends",
+        "--only", f"{row},barrier", "--deadline-scale", str(scale),
+    )  # fmt: skip
+    got = rows(result)
+    assert got[row]["cell"] == "HUNG", got[row]
+    assert f"rank 0 in {where}" in got[row]["message"]
+    assert "did not finish within" in got[row]["message"]
+    assert got["barrier"]["cell"] == "pass"
+
+
+def test_gloo_passes_what_it_can_and_strict_exits_1_on_declared_failures() -> None:
+    code, result = kit("--backend", "gloo", "--only", "all_reduce:AVG,all_reduce:PREMUL_SUM")
+    assert code == 0
+    got = rows(result)
+    assert got["all_reduce:AVG"]["cell"] == "pass"
+    assert got["all_reduce:PREMUL_SUM"]["cell"] == "FAIL"
+    assert "Cannot use ReduceOp.PREMUL_SUM with Gloo" in got["all_reduce:PREMUL_SUM"]["message"]
+    assert result["declared"] is None
+    code, _ = kit("--backend", "gloo", "--only", "all_reduce:PREMUL_SUM", "--strict")
+    assert code == 1
+
+
+def test_a_module_that_does_not_import_is_a_usage_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "c10d_conformance", "--backend", "x", "--module", "no_such_mod"],
+        env=dict(os.environ, PYTHONPATH=str(SRC)),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "--module no_such_mod: cannot import it" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("caps", "need", "ok"),
+    [
+        (None, "reduce", True),
+        (frozenset({"all_reduce:SUM"}), "all_reduce:SUM", True),
+        (frozenset({"all_reduce:SUM"}), "all_reduce:MAX", False),
+        (frozenset({"all_reduce"}), "all_reduce:MAX", True),
+        (frozenset({"all_reduce:SUM"}), "all_reduce", True),
+    ],
+)
+def test_supports(caps: frozenset[str] | None, need: str, ok: bool) -> None:
+    assert suite.supports(caps, need) is ok
+
+
+def test_cells_mark_declared_failures_and_undeclared_passes() -> None:
+    def row(status: str, declared: bool) -> suite.Row:
+        return suite.Row("x", "s", 2, declared, status, "why")
+
+    assert report.cell(row(suite.FAIL, True)) == "FAIL"
+    assert report.cell(row(suite.HUNG, True)) == "HUNG"
+    assert report.cell(row(suite.PASS, False)) == "pass*"
+    assert report.cell(row(suite.FAIL, False)) == "-"
+    text = report.matrix([row(suite.FAIL, True), row(suite.PASS, False)], "header")
+    assert "declared but fail: x" in text
+
+
+def test_where_hung_reads_a_faulthandler_dump() -> None:
+    dump = (
+        "Thread 0x00007f (most recent call first):\n"
+        '  File "/x/runner.py", line 90 in orphan_watch\n\n'
+        "Current thread 0x00007e (most recent call first):\n"
+        '  File "/t/broken_backends.py", line 50 in allgather\n'
+        '  File "/t/distributed_c10d.py", line 4000 in _all_gather_impl\n'
+        '  File "/t/distributed_c10d.py", line 3900 in all_gather\n'
+        '  File "/k/checks.py", line 200 in run\n'
+        '  File "/k/checks.py", line 180 in check_all_gather\n'
+        '  File "/k/runner.py", line 120 in _rank_main\n'
+    )
+    assert runner.where_hung(dump) == "torch.distributed.all_gather (from check_all_gather)"
+    assert runner.host_of(3, 4, 2) == 1 and runner.host_of(1, 4, 2) == 0
