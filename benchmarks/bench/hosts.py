@@ -33,17 +33,17 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from benchmarks.bench import host_targets
+from benchmarks.bench.host_launch import run_pass
+from benchmarks.bench.host_layouts import HostLayout
+from benchmarks.bench.host_passes import summarize
+from benchmarks.bench.host_plans import probe
+from benchmarks.bench.host_report import AcrossHosts, LayoutRun
+from benchmarks.bench.machine import machine_info
+from benchmarks.bench.plan import HostsPlan
+from benchmarks.bench.report import RunData, markdown, progress_line, write
+from benchmarks.bench.results import Result
 from dummy_collectives import namespaced_hosts
-from dummy_collectives.bench import host_targets
-from dummy_collectives.bench.host_launch import run_pass
-from dummy_collectives.bench.host_layouts import HostLayout
-from dummy_collectives.bench.host_passes import summarize
-from dummy_collectives.bench.host_plans import probe
-from dummy_collectives.bench.host_report import AcrossHosts, LayoutRun
-from dummy_collectives.bench.machine import machine_info
-from dummy_collectives.bench.plan import HostsPlan
-from dummy_collectives.bench.report import RunData, markdown, progress_line, write
-from dummy_collectives.bench.results import Result
 from dummy_collectives.namespaced_hosts import NamespacedHosts, rate_bits_per_second
 
 KNOB_PREFIX = "DUMMY_COLLECTIVES_"
