@@ -24,7 +24,7 @@ from benchmarks.bench.plan import DIRECT, TORCHRUN, HostsPlan
 from benchmarks.bench.rank_floor import rank_floor
 from benchmarks.bench.results import Result, best_of_passes, measured, not_measured
 from benchmarks.bench.timing import Timing, TimingConfig
-from dummy_collectives import namespaced_hosts
+from tools import namespaced_hosts
 
 
 @support.requires_dummy

@@ -69,7 +69,7 @@ if wants bench; then
 fi
 if wants hosts; then
   SECONDS=0
-  python3 -c 'from dummy_collectives import namespaced_hosts as n; print("namespaces:", n.available())'
+  python3 -c 'from tools import namespaced_hosts as n; print("namespaces:", n.available())'
   for rate in "" 1gbit; do
     timeout 200 python3 -m benchmarks.bench --hosts 4 --ranks-per-host 4 \
       --sizes 4,4K,64K,1M,4M,16M,64M --passes "${HOSTS_PASSES:-1}" ${rate:+--link-rate $rate} \

@@ -16,5 +16,6 @@ project's targets), :mod:`.report` and :mod:`.plot` (output). The multi-host mod
 through torchrun or not) and :mod:`.host_rank` (a rank), :mod:`.host_passes` (medians and
 spread), :mod:`.host_targets` and :mod:`.host_report`.
 It lives outside the wheel and runs from the repository's root: ``python -m`` finds
-``benchmarks`` there, and so do the rank processes it starts, which inherit that directory.
+``benchmarks`` and ``tools`` (the namespaced hosts) there, and so do the rank processes it
+starts, which inherit that directory.
 """

@@ -30,7 +30,7 @@ from benchmarks.bench.sizes import (
 )
 from benchmarks.bench.timing import TimingConfig
 from dummy_collectives import Options
-from dummy_collectives.namespaced_hosts import rate_bits_per_second
+from tools.namespaced_hosts import rate_bits_per_second
 
 QUICK_SIZES = "4,4K,1M"
 EPILOG = """examples:

@@ -4,10 +4,10 @@ Two ways to start the ranks (``--launch``):
 
 - ``torchrun`` (the default), as users start a job: one ``torchrun -m
   benchmarks.bench.host_rank ...`` per host (node rank i on host i, static rendezvous
-  at host0; :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.torchrun`), which makes
+  at host0; :meth:`~tools.namespaced_hosts.NamespacedHosts.torchrun`), which makes
   each rank its own process and session. This process sees only the torchruns, one per host;
 - ``direct``: one process per rank through nsenter, the env:// variables set by
-  :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.launch_ranks`; no launcher in the
+  :meth:`~tools.namespaced_hosts.NamespacedHosts.launch_ranks`; no launcher in the
   way of a rank's exit status or of a signal, which helps when torchrun itself is in doubt.
 
 Either way the ranks append their messages to a JSON-lines file (a process started through
@@ -40,7 +40,7 @@ from benchmarks.bench.peers import Outcome
 from benchmarks.bench.plan import DIRECT, TORCHRUN, Plan, WorldSpec
 from benchmarks.bench.results import Result
 from benchmarks.bench.spawn import collect
-from dummy_collectives.namespaced_hosts import NamespacedHosts, wait_all
+from tools.namespaced_hosts import NamespacedHosts, wait_all
 
 RANK_MODULE = "benchmarks.bench.host_rank"
 _READ_POLL_S = 0.05

@@ -22,7 +22,7 @@ from benchmarks.bench.layout import layout as buffers_of
 from benchmarks.bench.plan import DUMMY, Plan
 from benchmarks.bench.results import Result
 from benchmarks.bench.timing import TimingConfig
-from dummy_collectives.namespaced_hosts import NamespacedHosts
+from tools.namespaced_hosts import NamespacedHosts
 
 # What the backend notes where it hands the whole operation to gloo's own call.
 GLOO_OWN = "gloo's own"

@@ -2,8 +2,8 @@
 
 ``python -m benchmarks.bench.host_rank --plan JSON --messages FILE``, with the env://
 variables (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` = host 0, ...) and ``GLOO_SOCKET_IFNAME``
-set by torchrun (one per host, :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.torchrun`)
-or by :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.launch_ranks` (``--launch
+set by torchrun (one per host, :meth:`~tools.namespaced_hosts.NamespacedHosts.torchrun`)
+or by :meth:`~tools.namespaced_hosts.NamespacedHosts.launch_ranks` (``--launch
 direct``). It measures the plan exactly as a spawned rank does
 (:func:`~benchmarks.bench.runner.run_rank`): dummy as the default group, which spans the
 hosts, and gloo over the same ranks.

@@ -2,7 +2,7 @@
 simulated hosts.
 
 Each layout (:mod:`.host_layouts`: ``2x2`` or ``3+1``, ranks numbered host by host) runs on
-namespaced hosts of its own (:mod:`dummy_collectives.namespaced_hosts`: a network namespace,
+namespaced hosts of its own (:mod:`tools.namespaced_hosts`: a network namespace,
 /dev/shm and hostname each, links optionally shaped with tbf) on this machine, made before its
 first pass and removed after its last, also when it fails: layouts differ in their host
 counts, and a failed layout must not leave processes behind that the next one would share the
@@ -43,8 +43,8 @@ from benchmarks.bench.machine import machine_info
 from benchmarks.bench.plan import HostsPlan
 from benchmarks.bench.report import RunData, markdown, progress_line, write
 from benchmarks.bench.results import Result
-from dummy_collectives import namespaced_hosts
-from dummy_collectives.namespaced_hosts import NamespacedHosts, rate_bits_per_second
+from tools import namespaced_hosts
+from tools.namespaced_hosts import NamespacedHosts, rate_bits_per_second
 
 KNOB_PREFIX = "DUMMY_COLLECTIVES_"
 # Inside the hosts' own network namespaces nothing else listens; each launch takes the next port
