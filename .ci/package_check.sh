@@ -2,6 +2,8 @@
 # Packaging, as a user meets it (needs the README's install done first, as .ci/run does):
 #  - `pip wheel --no-build-isolation .` makes a wheel that pins the torch it was built for, and
 #    that installs into a fresh environment with that torch and runs the demo from another folder;
+#  - the wheel holds the backend's modules (and its perftest, dummy_collectives/perf.py) and
+#    nothing else: the team's benchmarks/ and tools/ (the namespaced hosts) stay in the clone;
 #  - the sdist carries every file the build reads (sources, their lists, headers, CUDA sources);
 #  - `pip install .` (build isolation) stops with a message that says what to do, instead of
 #    building against a torch of its own that then fails to load.
@@ -21,6 +23,21 @@ requires=$(unzip -p "$wheel" '*.dist-info/METADATA' | grep '^Requires-Dist: torc
   exit 1
 }
 echo "$(basename "$wheel"): $requires, $(du -h "$wheel" | cut -f1)"
+
+# Exactly the package's tracked modules, the build's record of its torch and the extension.
+shipped=$(unzip -Z1 "$wheel" | grep -v -e '\.dist-info/' -e '/$' | sort)  # files, not folders
+wanted=$({ git ls-files 'dummy_collectives/*.py'; echo dummy_collectives/_build_info.py; } | sort)
+extension=$(grep -xE 'dummy_collectives/_C\.[^/]*\.so' <<<"$shipped" || true)
+unexpected=$(comm -23 <(grep -vxF "$extension" <<<"$shipped") <(echo "$wanted"))
+absent=$(comm -13 <(echo "$shipped") <(echo "$wanted"))
+if [[ -n $unexpected || -n $absent || -z $extension ]]; then
+  echo "the wheel should hold the dummy_collectives modules and the extension, and only them" >&2
+  [[ -z $unexpected ]] || echo "it holds besides:" $unexpected >&2
+  [[ -z $absent ]] || echo "it lacks:" $absent >&2
+  [[ -n $extension ]] || echo "it lacks the extension (dummy_collectives/_C.*.so)" >&2
+  exit 1
+fi
+echo "it holds $(wc -l <<<"$shipped") files, all under dummy_collectives/:" $shipped
 
 # A fresh environment that has the same torch (the system's, seen through system site-packages,
 # where the editable install of this clone sits too: the venv's own copy must win).

@@ -3,7 +3,7 @@
 Run:  python examples/demo.py            (spawns 2 ranks on this host)
   or: torchrun --nproc-per-node 2 examples/demo.py
   or, on 2 hosts made of namespaces on this machine (root):
-      python -m dummy_collectives.namespaced_hosts --hosts 2 --nproc-per-host 2 -- examples/demo.py
+      python tools/namespaced_hosts.py --hosts 2 --nproc-per-host 2 -- examples/demo.py
 """
 
 from __future__ import annotations

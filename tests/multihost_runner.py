@@ -13,7 +13,7 @@ from typing import Any
 
 import support
 
-from dummy_collectives import namespaced_hosts
+from tools import namespaced_hosts
 
 JOB = str(Path(__file__).resolve().parent / "multihost_job.py")
 _ports = itertools.count(29600)  # a fresh store port per job: the last one may linger

@@ -1,6 +1,6 @@
 """The benchmark command runs end to end and writes its report (a smoke test, not a timing).
 
-Speed targets live in the benchmark's own report (python -m dummy_collectives.bench), never in
+Speed targets live in the benchmark's own report (python -m benchmarks.bench), never in
 a timed test: this only checks that the command works and reports what it measured.
 """
 
@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import support
 
-from dummy_collectives import namespaced_hosts
-from dummy_collectives.bench import host_launch, host_plans, host_targets, hosts, targets
-from dummy_collectives.bench.cli import build_hosts_plan, build_plan, parser
-from dummy_collectives.bench.host_layouts import HostLayout, parse_layout, parse_layouts, uniform
-from dummy_collectives.bench.host_passes import summarize
-from dummy_collectives.bench.plan import DIRECT, TORCHRUN, HostsPlan
-from dummy_collectives.bench.rank_floor import rank_floor
-from dummy_collectives.bench.results import Result, best_of_passes, measured, not_measured
-from dummy_collectives.bench.timing import Timing, TimingConfig
+from benchmarks.bench import host_launch, host_plans, host_targets, hosts, targets
+from benchmarks.bench.cli import build_hosts_plan, build_plan, parser
+from benchmarks.bench.host_layouts import HostLayout, parse_layout, parse_layouts, uniform
+from benchmarks.bench.host_passes import summarize
+from benchmarks.bench.plan import DIRECT, TORCHRUN, HostsPlan
+from benchmarks.bench.rank_floor import rank_floor
+from benchmarks.bench.results import Result, best_of_passes, measured, not_measured
+from benchmarks.bench.timing import Timing, TimingConfig
+from tools import namespaced_hosts
 
 
 @support.requires_dummy
@@ -32,7 +32,7 @@ def test_bench_quick_writes_report(tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-m",
-        "dummy_collectives.bench",
+        "benchmarks.bench",
         "--quick",
         "--world-sizes",
         "2",
@@ -48,7 +48,9 @@ def test_bench_quick_writes_report(tmp_path: Path) -> None:
         "--out",
         str(tmp_path),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, cwd=support.REPO_ROOT
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[pass 2 of 2]" in done.stdout, done.stdout[-3000:]
     report = (tmp_path / "report.md").read_text()
@@ -221,9 +223,14 @@ needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=NO_NAMESPACES)
 
 
 def _bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    command = [sys.executable, "-m", "dummy_collectives.bench", *args, "--out", str(tmp_path)]
+    command = [sys.executable, "-m", "benchmarks.bench", *args, "--out", str(tmp_path)]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}
+        command,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+        cwd=support.REPO_ROOT,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout

@@ -1,6 +1,6 @@
 """Jobs across hosts: the backend under test on hosts made of Linux namespaces.
 
-Two hosts (``dummy_collectives.namespaced_hosts``: each its own network namespace, tmpfs on
+Two hosts (``tools.namespaced_hosts``: each its own network namespace, tmpfs on
 /dev/shm and hostname, on one bridge) run jobs of ``multihost_job.py`` started as a user starts
 them, with ``torchrun --nnodes 2`` (or one process per rank where a host's ranks are not
 numbered contiguously). A dummy group that spans the hosts runs its two-level collectives:
@@ -22,7 +22,7 @@ import support
 import torch
 from multihost_runner import check_ran_everywhere, check_slow_rank_named, next_port, run_job
 
-from dummy_collectives import namespaced_hosts
+from tools import namespaced_hosts
 
 AVAILABLE, WHY = namespaced_hosts.available()
 pytestmark = [

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from dummy_collectives import namespaced_hosts
-from dummy_collectives.namespaced_hosts import NamespacedHosts, wait_all
+from tools import namespaced_hosts
+from tools.namespaced_hosts import NamespacedHosts, wait_all
 
 AVAILABLE, WHY_NOT = namespaced_hosts.available()
 needs_namespaces = pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT)
@@ -337,7 +337,7 @@ time.sleep(600)
 @needs_namespaces
 def test_cli_streams_prefixed_output_and_fails_with_a_rank(tmp_path: Path) -> None:
     script = write(tmp_path, "cli_job.py", CLI_JOB)
-    command = [sys.executable, "-m", "dummy_collectives.namespaced_hosts", "--hosts", "2",
+    command = [sys.executable, str(MODULE_PATH), "--hosts", "2",
                "--nproc-per-host", "2", "--non-contiguous", "--", script]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as cli:  # fmt: skip

@@ -1,6 +1,6 @@
 """Network faults between hosts: partitions, a one-way loss, clocks that differ, strangers.
 
-Two namespaced hosts (``dummy_collectives.namespaced_hosts``) of two ranks each, started with
+Two namespaced hosts (``tools.namespaced_hosts``) of two ranks each, started with
 torchrun per host as a user starts them; the store lives on host 0 (torchrun's rendezvous), so
 a partition isolates exactly the side without it, as it usually does on a real cluster. The
 test breaks the network under a job of checked collectives (``train_through_faults``):
@@ -42,7 +42,7 @@ from multihost_runner import (
     run_job,
 )
 
-from dummy_collectives import namespaced_hosts
+from tools import namespaced_hosts
 
 AVAILABLE, WHY = namespaced_hosts.available()
 pytestmark = [
@@ -137,7 +137,7 @@ def check_names_the_unreachable(job: Job) -> None:
 def failed_earlier_reason(error: str) -> str:
     marker = "the group failed earlier ("
     assert marker in error, error
-    return error[error.index(marker) + len(marker):]
+    return error[error.index(marker) + len(marker) :]
 
 
 def test_a_partition_longer_than_the_timeout_fails_both_hosts_in_time(hosts) -> None:

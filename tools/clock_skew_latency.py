@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# The repository's root, where tools (not part of the wheel) is imported from.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 # Debian's libfaketime (the multithreaded build), wherever the architecture puts it.
 FAKETIME = next(iter(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")), "")
 REPS = 300
@@ -66,7 +69,7 @@ def worker(out: str) -> None:
 
 
 def run_once(hosts: object, offset: str, port: int) -> dict[str, float]:
-    from dummy_collectives.namespaced_hosts import wait_all
+    from tools.namespaced_hosts import wait_all
 
     with tempfile.TemporaryDirectory() as scratch:
         out = str(Path(scratch, "timed.json"))
@@ -87,7 +90,7 @@ def main() -> None:
     if args.worker:
         worker(args.worker)
         return
-    from dummy_collectives.namespaced_hosts import NamespacedHosts
+    from tools.namespaced_hosts import NamespacedHosts
 
     offsets = args.offsets.split(",")
     timed: dict[str, list[dict[str, float]]] = {offset: [] for offset in offsets}

@@ -2,7 +2,7 @@
 
 Run under torchrun on namespaced hosts (docs/benchmarks.md, "The link probe's own connections"):
 
-    python -m dummy_collectives.namespaced_hosts --hosts 2 --nproc-per-host 1 -- \\
+    python tools/namespaced_hosts.py --hosts 2 --nproc-per-host 1 -- \\
         tools/gloo_connection_state.py [--receive-bytes 1048832]
 
 Two gloo groups of the same ranks: one fresh, one after four 4 MiB allreduces (as the link

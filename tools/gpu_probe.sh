@@ -17,7 +17,7 @@ for name, fn, traffic in (("copy 64MiB", lambda: z.copy_(x), 2), ("add 64MiB", l
     print(f"{name}: {ms*1000:.1f} us, {traffic * 64 / 1024 / (ms / 1000):.0f} GiB/s of traffic")
 PY
 for bytes in ${PROBE_BUFFERS:-8388608 33554432 134217728}; do
-  DUMMY_COLLECTIVES_CUDA_BUFFER_BYTES=$bytes timeout 100 python3 -m dummy_collectives.bench \
+  DUMMY_COLLECTIVES_CUDA_BUFFER_BYTES=$bytes timeout 100 python3 -m benchmarks.bench \
     --device cuda --world-sizes 2,4 --sizes 4,1M,64M,256M --backends dummy --rounds 3 \
     --round-time 0.1 --peers none --out "/tmp/probe$bytes" --no-plot > "/tmp/probe$bytes.log" 2>&1
   echo "== buffer $bytes"

@@ -62,16 +62,16 @@ if wants test; then
 fi
 if wants bench; then
   SECONDS=0
-  timeout 200 python3 -m dummy_collectives.bench --device cuda --world-sizes "${BENCH_WS:-1,2,4}" \
+  timeout 200 python3 -m benchmarks.bench --device cuda --world-sizes "${BENCH_WS:-1,2,4}" \
     --sizes "${BENCH_SIZES:-4,64K,1M,16M,64M,256M}" --rounds 3 --round-time 0.1 --peers none \
     --out "$out/bench" --no-plot > "$out/bench.log" 2>&1; tail -3 "$out/bench.log"
   echo "bench: ${SECONDS}s"
 fi
 if wants hosts; then
   SECONDS=0
-  python3 -c 'from dummy_collectives import namespaced_hosts as n; print("namespaces:", n.available())'
+  python3 -c 'from tools import namespaced_hosts as n; print("namespaces:", n.available())'
   for rate in "" 1gbit; do
-    timeout 200 python3 -m dummy_collectives.bench --hosts 4 --ranks-per-host 4 \
+    timeout 200 python3 -m benchmarks.bench --hosts 4 --ranks-per-host 4 \
       --sizes 4,4K,64K,1M,4M,16M,64M --passes "${HOSTS_PASSES:-1}" ${rate:+--link-rate $rate} \
       --out "$out/hosts${rate}" --no-plot > "$out/hosts${rate}.log" 2>&1
     echo "== hosts ${rate:-unshaped}: exit $?"; grep -E "^\| .*(PASS|FAIL)" "$out/hosts${rate}/report.md"
@@ -80,7 +80,7 @@ if wants hosts; then
 fi
 if wants cpubench; then
   SECONDS=0
-  timeout "${CPU_BENCH_TIMEOUT:-480}" python3 -m dummy_collectives.bench --world-sizes 2,4,8 \
+  timeout "${CPU_BENCH_TIMEOUT:-480}" python3 -m benchmarks.bench --world-sizes 2,4,8 \
     --sizes "${CPU_BENCH_SIZES:-4,4K,64K,1M,16M,64M}" --rounds 5 --passes "${CPU_BENCH_PASSES:-3}" \
     --peers openmpi --out "$out/cpubench" --no-plot > "$out/cpubench.log" 2>&1
   tail -3 "$out/cpubench.log"

@@ -2,7 +2,7 @@
 
 Run under torchrun on namespaced hosts (docs/benchmarks.md, "The leaders' own links"):
 
-    python -m dummy_collectives.namespaced_hosts --hosts 2 --nproc-per-host 1 -- \\
+    python tools/namespaced_hosts.py --hosts 2 --nproc-per-host 1 -- \\
         tools/leader_link_latency.py
 
 Alternates, 8 times, 300 exchanges of 132 bytes (a 4-byte allreduce's record) on a TCP socket the

@@ -22,7 +22,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "recover_after_a_dead_rank.py"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO_ROOT / "examples" / "recover_after_a_dead_rank.py"
+# The repository's root, where tools (not part of the wheel) is imported from.
+sys.path.insert(0, str(REPO_ROOT))
 
 
 def free_port() -> int:
@@ -49,7 +52,7 @@ def run_local(simulated_hosts: int) -> list[dict[str, float]]:
 
 
 def run_namespaced() -> list[dict[str, float]]:
-    from dummy_collectives import namespaced_hosts
+    from tools import namespaced_hosts
 
     port = str(free_port())
     with namespaced_hosts.NamespacedHosts(2) as hosts:

@@ -19,11 +19,13 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Imported from the clone: tools (not part of the wheel) from its root, and the tests.
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tests")]
 
 import test_network_faults  # noqa: E402
 
-from dummy_collectives.namespaced_hosts import NamespacedHosts  # noqa: E402
+from tools.namespaced_hosts import NamespacedHosts  # noqa: E402
 
 
 def main() -> None:

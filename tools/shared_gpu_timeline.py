@@ -14,14 +14,21 @@ import argparse
 import itertools
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import dummy_collectives  # noqa: F401  (registers "dummy")
-from dummy_collectives.bench.sizes import format_size, parse_sizes
+
+# The repository's root, where benchmarks (not part of the wheel) is imported from; after the
+# backend, which comes from wherever it is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench.sizes import format_size, parse_sizes  # noqa: E402
 
 ITERATIONS = 30
 

@@ -41,13 +41,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dummy_collectives.bench.host_layouts import HostLayout
-from dummy_collectives.bench.host_passes import PointSummary
-from dummy_collectives.bench.host_plans import GLOO_OWN
-from dummy_collectives.bench.plan import DUMMY, GLOO
-from dummy_collectives.bench.results import Result
-from dummy_collectives.bench.sizes import MIB, format_size
-from dummy_collectives.bench.targets import FAIL, NA, PASS
+from benchmarks.bench.host_layouts import HostLayout
+from benchmarks.bench.host_passes import PointSummary
+from benchmarks.bench.host_plans import GLOO_OWN
+from benchmarks.bench.plan import DUMMY, GLOO
+from benchmarks.bench.results import Result
+from benchmarks.bench.sizes import MIB, format_size
+from benchmarks.bench.targets import FAIL, NA, PASS
 
 VS_GLOO = 1.0
 # Where dummy can at best equal gloo (its own call; the wire's ratio), this much of it will do.

@@ -9,8 +9,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dummy_collectives.bench.host_layouts import HostLayout
-from dummy_collectives.bench.timing import TimingConfig
+from benchmarks.bench.host_layouts import HostLayout
+from benchmarks.bench.timing import TimingConfig
 
 DUMMY = "dummy"
 GLOO = "gloo"

@@ -7,8 +7,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from dummy_collectives.bench.results import Result, measured, not_measured
-from dummy_collectives.bench.timing import LocalSync, TimingConfig, measure
+from benchmarks.bench.results import Result, measured, not_measured
+from benchmarks.bench.timing import LocalSync, TimingConfig, measure
 
 MEMCPY = "memcpy"
 FLOOR = "c10d-floor"

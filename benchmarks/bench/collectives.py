@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from dummy_collectives.bench.layout import Layout
+from benchmarks.bench.layout import Layout
 
 Group = dist.ProcessGroup | None
 ROOT = 0

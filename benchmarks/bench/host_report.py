@@ -13,18 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dummy_collectives.bench.host_layouts import HostLayout
-from dummy_collectives.bench.host_passes import PointSummary
-from dummy_collectives.bench.host_targets import (
+from benchmarks.bench.host_layouts import HostLayout
+from benchmarks.bench.host_passes import PointSummary
+from benchmarks.bench.host_targets import (
     SHAPED_COLLECTIVE,
     LayoutVerdict,
     cross_host_bytes,
     link_bound_s,
     rules,
 )
-from dummy_collectives.bench.layout import busbw_factor
-from dummy_collectives.bench.plan import DIRECT, DUMMY, GLOO, TORCHRUN
-from dummy_collectives.bench.report import (
+from benchmarks.bench.layout import busbw_factor
+from benchmarks.bench.plan import DIRECT, DUMMY, GLOO, TORCHRUN
+from benchmarks.bench.report import (
     RunData,
     about,
     format_bw,
@@ -33,12 +33,12 @@ from dummy_collectives.bench.report import (
     notes,
     peer_access,
 )
-from dummy_collectives.bench.results import Result
-from dummy_collectives.bench.sizes import format_size
+from benchmarks.bench.results import Result
+from benchmarks.bench.sizes import format_size
 
 BACKENDS = (DUMMY, GLOO)
 LAUNCH_WORDS = {
-    TORCHRUN: "one `torchrun -m dummy_collectives.bench.host_rank` per host (node rank i on "
+    TORCHRUN: "one `torchrun -m benchmarks.bench.host_rank` per host (node rank i on "
     "host i, static rendezvous at host0), which starts each rank as its own process",
     DIRECT: "one process per rank, started by the bench through nsenter with the env:// "
     "variables set (no torchrun)",

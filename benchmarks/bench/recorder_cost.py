@@ -20,9 +20,9 @@ import traceback
 from contextlib import contextmanager
 from typing import Any
 
-from dummy_collectives.bench.rank_floor import ProcessSync
-from dummy_collectives.bench.spawn import stop
-from dummy_collectives.bench.timing import TimingConfig, measure
+from benchmarks.bench.rank_floor import ProcessSync
+from benchmarks.bench.spawn import stop
+from benchmarks.bench.timing import TimingConfig, measure
 
 VARIABLE = "TORCH_FR_BUFFER_SIZE"
 SETTINGS = (("off", "0"), ("on", None))  # None: unset, torch's default

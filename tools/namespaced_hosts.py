@@ -37,7 +37,7 @@ its leftovers removed by the next harness created on the machine.
 
 Command line (see ``--help``)::
 
-    python -m dummy_collectives.namespaced_hosts --hosts 2 --nproc-per-host 2 -- script.py
+    python tools/namespaced_hosts.py --hosts 2 --nproc-per-host 2 -- script.py
 """
 
 from __future__ import annotations
@@ -691,14 +691,14 @@ host0, GLOO_SOCKET_IFNAME=eth0), or with --non-contiguous one process per rank w
 env:// variables set, ranks dealt to hosts in turn. Everything is removed at the end, also on
 failure or Ctrl-C.
 
-example: python -m dummy_collectives.namespaced_hosts --hosts 2 --nproc-per-host 2 \\
+example: python tools/namespaced_hosts.py --hosts 2 --nproc-per-host 2 \\
              --rate 1gbit -- train.py --epochs 1
 """
 
 
 def _parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
-        prog="python -m dummy_collectives.namespaced_hosts",
+        prog="python tools/namespaced_hosts.py",
         usage="%(prog)s [options] -- script.py [args ...]",
         description="Run a distributed PyTorch script on H simulated hosts on this machine.",
         epilog=_EPILOG,

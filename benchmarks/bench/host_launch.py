@@ -3,11 +3,11 @@
 Two ways to start the ranks (``--launch``):
 
 - ``torchrun`` (the default), as users start a job: one ``torchrun -m
-  dummy_collectives.bench.host_rank ...`` per host (node rank i on host i, static rendezvous
-  at host0; :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.torchrun`), which makes
+  benchmarks.bench.host_rank ...`` per host (node rank i on host i, static rendezvous
+  at host0; :meth:`~tools.namespaced_hosts.NamespacedHosts.torchrun`), which makes
   each rank its own process and session. This process sees only the torchruns, one per host;
 - ``direct``: one process per rank through nsenter, the env:// variables set by
-  :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.launch_ranks`; no launcher in the
+  :meth:`~tools.namespaced_hosts.NamespacedHosts.launch_ranks`; no launcher in the
   way of a rank's exit status or of a signal, which helps when torchrun itself is in doubt.
 
 Either way the ranks append their messages to a JSON-lines file (a process started through
@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dummy_collectives.bench.host_layouts import HostLayout
-from dummy_collectives.bench.peers import Outcome
-from dummy_collectives.bench.plan import DIRECT, TORCHRUN, Plan, WorldSpec
-from dummy_collectives.bench.results import Result
-from dummy_collectives.bench.spawn import collect
-from dummy_collectives.namespaced_hosts import NamespacedHosts, wait_all
+from benchmarks.bench.host_layouts import HostLayout
+from benchmarks.bench.peers import Outcome
+from benchmarks.bench.plan import DIRECT, TORCHRUN, Plan, WorldSpec
+from benchmarks.bench.results import Result
+from benchmarks.bench.spawn import collect
+from tools.namespaced_hosts import NamespacedHosts, wait_all
 
-RANK_MODULE = "dummy_collectives.bench.host_rank"
+RANK_MODULE = "benchmarks.bench.host_rank"
 _READ_POLL_S = 0.05
 _JOIN_S = 30.0  # for ranks that said they are done to exit
 _FAILED_JOIN_S = 3.0  # for the others of a failed rank, which wait_all stops, to be gone

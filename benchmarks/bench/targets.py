@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dummy_collectives.bench.plan import DEEPSPEED, DUMMY, GLOO, NCCL, OPENMPI
-from dummy_collectives.bench.results import Result
-from dummy_collectives.bench.sizes import KIB, MIB
+from benchmarks.bench.plan import DEEPSPEED, DUMMY, GLOO, NCCL, OPENMPI
+from benchmarks.bench.results import Result
+from benchmarks.bench.sizes import KIB, MIB
 
 SMALL_MAX = 4 * KIB
 LARGE_MIN = 1 * MIB

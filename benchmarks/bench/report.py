@@ -7,12 +7,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dummy_collectives import Options
-from dummy_collectives.bench.peers import PeerStatus
-from dummy_collectives.bench.plan import DUMMY, Plan
-from dummy_collectives.bench.results import Result
-from dummy_collectives.bench.sizes import format_size
-from dummy_collectives.bench.targets import (
+from benchmarks.bench.peers import PeerStatus
+from benchmarks.bench.plan import DUMMY, Plan
+from benchmarks.bench.results import Result
+from benchmarks.bench.sizes import format_size
+from benchmarks.bench.targets import (
     CUDA_LARGE_VS_GLOO,
     CUDA_OF_COPY_BOUND,
     LARGE_VS_GLOO,
@@ -23,9 +22,10 @@ from dummy_collectives.bench.targets import (
     copy_bound_s,
     floor_for,
 )
+from dummy_collectives import Options
 
 if TYPE_CHECKING:  # host_report imports this module
-    from dummy_collectives.bench.host_report import AcrossHosts
+    from benchmarks.bench.host_report import AcrossHosts
 
 BACKEND_ORDER = ("dummy", "gloo", "nccl", "deepspeed", "openmpi")
 GB = 1e9

@@ -1,4 +1,4 @@
-"""Command line of ``python -m dummy_collectives.bench``: arguments -> :class:`Plan`."""
+"""Command line of ``python -m benchmarks.bench``: arguments -> :class:`Plan`."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from dummy_collectives import Options
-from dummy_collectives.bench.host_layouts import HostLayout, parse_layouts, uniform
-from dummy_collectives.bench.host_targets import link_bound_s
-from dummy_collectives.bench.layout import COLLECTIVES, check_collectives
-from dummy_collectives.bench.plan import (
+from benchmarks.bench.host_layouts import HostLayout, parse_layouts, uniform
+from benchmarks.bench.host_targets import link_bound_s
+from benchmarks.bench.layout import COLLECTIVES, check_collectives
+from benchmarks.bench.plan import (
     DUMMY,
     GLOO,
     LAUNCHES,
@@ -21,7 +20,7 @@ from dummy_collectives.bench.plan import (
     HostsPlan,
     Plan,
 )
-from dummy_collectives.bench.sizes import (
+from benchmarks.bench.sizes import (
     DEFAULT_MAX_SIZE,
     format_size,
     ladder,
@@ -29,21 +28,22 @@ from dummy_collectives.bench.sizes import (
     parse_size,
     parse_sizes,
 )
-from dummy_collectives.bench.timing import TimingConfig
-from dummy_collectives.namespaced_hosts import rate_bits_per_second
+from benchmarks.bench.timing import TimingConfig
+from dummy_collectives import Options
+from tools.namespaced_hosts import rate_bits_per_second
 
 QUICK_SIZES = "4,4K,1M"
 EPILOG = """examples:
-  python -m dummy_collectives.bench --quick
-  python -m dummy_collectives.bench --world-sizes 2,4 --sizes 4,4K,1M,16M,64M
-  python -m dummy_collectives.bench --collectives allreduce,allgather,broadcast --max-size 256M
-  python -m dummy_collectives.bench --device cuda --world-sizes 1,2
-  python -m dummy_collectives.bench --layouts 2x1,3x1,2x2,3+1,1+3 --launch torchrun --passes 5 \\
+  python -m benchmarks.bench --quick
+  python -m benchmarks.bench --world-sizes 2,4 --sizes 4,4K,1M,16M,64M
+  python -m benchmarks.bench --collectives allreduce,allgather,broadcast --max-size 256M
+  python -m benchmarks.bench --device cuda --world-sizes 1,2
+  python -m benchmarks.bench --layouts 2x1,3x1,2x2,3+1,1+3 --launch torchrun --passes 5 \\
       --collectives allreduce,allgather,broadcast --sizes 4,4K,64K,1M,4M,16M,64M
-  python -m dummy_collectives.bench --layouts 2x1,3x1,2x2,3+1,1+3 --launch torchrun --passes 5 \\
+  python -m benchmarks.bench --layouts 2x1,3x1,2x2,3+1,1+3 --launch torchrun --passes 5 \\
       --collectives allreduce,allgather,broadcast --sizes 4,4K,64K,1M,4M,16M,64M --link-rate 1gbit
-  python -m dummy_collectives.bench --hosts 2 --ranks-per-host 2 --passes 5 --launch direct
-  python -m dummy_collectives.bench --recorder-cost --passes 6
+  python -m benchmarks.bench --hosts 2 --ranks-per-host 2 --passes 5 --launch direct
+  python -m benchmarks.bench --recorder-cost --passes 6
 """
 DEFAULT_WORLD_SIZES = "2"
 INIT_TIMEOUT_S = 900.0
@@ -71,7 +71,7 @@ def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
 def parser() -> argparse.ArgumentParser:
     """The argument parser."""
     p = argparse.ArgumentParser(
-        prog="python -m dummy_collectives.bench",
+        prog="python -m benchmarks.bench",
         description="Benchmark the dummy c10d backend against gloo (and NCCL), DeepSpeed's "
         "shm allreduce and Open MPI, beside the c10d floor and memcpy bandwidth.",
         epilog=EPILOG,
@@ -289,16 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, argparse.ArgumentTypeError) as exc:
         p.error(str(exc))
     if args.recorder_cost:
-        from dummy_collectives.bench.recorder_cost import run as run_recorder_cost
+        from benchmarks.bench.recorder_cost import run as run_recorder_cost
 
         return run_recorder_cost(plan.world_sizes[0], max(args.passes, 3), plan.timing)
     if hosts_plan is not None:
-        from dummy_collectives.bench.hosts import run as run_across_hosts
+        from benchmarks.bench.hosts import run as run_across_hosts
 
         if args.algo is not None:
             os.environ["DUMMY_COLLECTIVES_ALGO"] = args.algo  # the ranks' knobs come from here
 
         return run_across_hosts(hosts_plan, args.out, plot_png=not args.no_plot)
-    from dummy_collectives.bench.orchestrate import run
+    from benchmarks.bench.orchestrate import run
 
     return run(plan, args.out, plot_png=not args.no_plot)

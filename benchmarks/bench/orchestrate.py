@@ -7,19 +7,19 @@ from pathlib import Path
 
 import torch
 
-from dummy_collectives.bench import baseline
-from dummy_collectives.bench.machine import machine_info
-from dummy_collectives.bench.peers import (
+from benchmarks.bench import baseline
+from benchmarks.bench.machine import machine_info
+from benchmarks.bench.peers import (
     Outcome,
     deepspeed_status,
     openmpi_status,
     run_deepspeed,
     run_openmpi,
 )
-from dummy_collectives.bench.plan import DUMMY, Plan, WorldSpec
-from dummy_collectives.bench.plot import plot
-from dummy_collectives.bench.rank_floor import rank_floor
-from dummy_collectives.bench.report import (
+from benchmarks.bench.plan import DUMMY, Plan, WorldSpec
+from benchmarks.bench.plot import plot
+from benchmarks.bench.rank_floor import rank_floor
+from benchmarks.bench.report import (
     RunData,
     format_bw,
     format_time,
@@ -27,10 +27,10 @@ from dummy_collectives.bench.report import (
     progress_line,
     write,
 )
-from dummy_collectives.bench.results import Result, best_of_passes
-from dummy_collectives.bench.sizes import format_size
-from dummy_collectives.bench.spawn import free_port, run_world
-from dummy_collectives.bench.targets import evaluate
+from benchmarks.bench.results import Result, best_of_passes
+from benchmarks.bench.sizes import format_size
+from benchmarks.bench.spawn import free_port, run_world
+from benchmarks.bench.targets import evaluate
 
 
 def _say(text: str) -> None:

@@ -26,11 +26,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dummy_collectives.bench.collectives import Buffers, allocate, check, fill_for_check, make_op
-from dummy_collectives.bench.layout import layout
-from dummy_collectives.bench.plan import DUMMY, GLOO, NCCL, WorldSpec
-from dummy_collectives.bench.results import ERROR, SKIPPED, Result, measured, not_measured
-from dummy_collectives.bench.timing import measure
+from benchmarks.bench.collectives import Buffers, allocate, check, fill_for_check, make_op
+from benchmarks.bench.layout import layout
+from benchmarks.bench.plan import DUMMY, GLOO, NCCL, WorldSpec
+from benchmarks.bench.results import ERROR, SKIPPED, Result, measured, not_measured
+from benchmarks.bench.timing import measure
 
 UNSUPPORTED_WORDS = ("not supported", "unsupported", "not implemented", "does not support")
 PG_TIMEOUT = datetime.timedelta(minutes=30)
@@ -39,7 +39,7 @@ OpFactory = Callable[[str, Buffers], "Callable[[], object] | None"]
 
 
 class GlooSync:
-    """The timing protocol's :class:`~dummy_collectives.bench.timing.Sync` over gloo."""
+    """The timing protocol's :class:`~benchmarks.bench.timing.Sync` over gloo."""
 
     def __init__(self, group: dist.ProcessGroup | None = None) -> None:
         self.group = group

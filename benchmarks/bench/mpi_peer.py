@@ -1,8 +1,8 @@
-"""The Open MPI peer: ``mpirun -np N python -m dummy_collectives.bench.mpi_peer --spec JSON``.
+"""The Open MPI peer: ``mpirun -np N python -m benchmarks.bench.mpi_peer --spec JSON``.
 
 Runs the same timing protocol as the torch ranks (:mod:`.timing`) with mpi4py on numpy
 float32 buffers of the same layout (:mod:`.layout`); rank 0 prints one line per point,
-``BENCH_RESULT {json}``, which :func:`dummy_collectives.bench.peers.run_openmpi` reads.
+``BENCH_RESULT {json}``, which :func:`benchmarks.bench.peers.run_openmpi` reads.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from dummy_collectives.bench.layout import layout
-from dummy_collectives.bench.peers import RESULT_PREFIX
-from dummy_collectives.bench.plan import OPENMPI
-from dummy_collectives.bench.results import ERROR, Result, measured, not_measured
-from dummy_collectives.bench.timing import TimingConfig, measure
+from benchmarks.bench.layout import layout
+from benchmarks.bench.peers import RESULT_PREFIX
+from benchmarks.bench.plan import OPENMPI
+from benchmarks.bench.results import ERROR, Result, measured, not_measured
+from benchmarks.bench.timing import TimingConfig, measure
 
 ROOT = 0
 

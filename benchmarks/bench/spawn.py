@@ -16,10 +16,10 @@ from typing import Any
 
 from torch.multiprocessing.spawn import start_processes
 
-from dummy_collectives.bench.peers import Outcome
-from dummy_collectives.bench.plan import WorldSpec
-from dummy_collectives.bench.results import Result
-from dummy_collectives.bench.runner import rank_main
+from benchmarks.bench.peers import Outcome
+from benchmarks.bench.plan import WorldSpec
+from benchmarks.bench.results import Result
+from benchmarks.bench.runner import rank_main
 
 _POLL_S = 1.0
 _JOIN_S = 30.0

@@ -5,7 +5,7 @@ settings and busy-waiting shm op stay out of their measurements), and its ranks 
 ``OMP_NUM_THREADS=1`` before torch is imported rather than relying on a later
 ``torch.set_num_threads(1)``.
 
-DeepSpeed: N processes ``python -m dummy_collectives.bench.deepspeed_peer --plan JSON``
+DeepSpeed: N processes ``python -m benchmarks.bench.deepspeed_peer --plan JSON``
 (:mod:`.deepspeed_peer`), environment from :func:`deepspeed_environment`: ``DS_ACCELERATOR=cpu``,
 ``OMP_NUM_THREADS=1``, the rendezvous and ``LOCAL_SIZE`` = the world size (DeepSpeed's shm path
 is taken only then). There ``deepspeed.comm.init_distributed`` wraps the gloo group in its
@@ -14,7 +14,7 @@ is taken only then). There ``deepspeed.comm.init_distributed`` wraps the gloo gr
 tensors in shared memory. Rank 0 prints one result line per point.
 
 Open MPI: ``mpirun --allow-run-as-root --oversubscribe -np N python -m
-dummy_collectives.bench.mpi_peer --spec JSON`` runs :mod:`.mpi_peer`, which prints one
+benchmarks.bench.mpi_peer --spec JSON`` runs :mod:`.mpi_peer`, which prints one
 result line per point.
 """
 
@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
-from dummy_collectives.bench.plan import DEEPSPEED, OPENMPI, Plan
-from dummy_collectives.bench.results import ERROR, Result, not_measured
+from benchmarks.bench.plan import DEEPSPEED, OPENMPI, Plan
+from benchmarks.bench.results import ERROR, Result, not_measured
 
 RESULT_PREFIX = "BENCH_RESULT "
 NOTE_PREFIX = "BENCH_NOTE "
@@ -135,7 +135,7 @@ def run_deepspeed(
 ) -> Outcome:
     """Runs DeepSpeed's ranks (:mod:`.deepspeed_peer`) for one world size, then removes the
     shared memory segments they left; results as they come, notes on failures."""
-    command = [sys.executable, "-m", "dummy_collectives.bench.deepspeed_peer"]
+    command = [sys.executable, "-m", "benchmarks.bench.deepspeed_peer"]
     command += ["--plan", plan.to_json()]
     launches = [
         Launch(command, deepspeed_environment(world_size, rank, port), f"rank {rank}")
@@ -188,7 +188,7 @@ def mpirun_command(plan: Plan, world_size: int) -> list[str]:
         str(world_size),
         sys.executable,
         "-m",
-        "dummy_collectives.bench.mpi_peer",
+        "benchmarks.bench.mpi_peer",
         "--spec",
         json.dumps(spec, separators=(",", ":")),
     ]

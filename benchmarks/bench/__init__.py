@@ -1,4 +1,4 @@
-"""``python -m dummy_collectives.bench``: collective benchmarks of the dummy backend.
+"""``python -m benchmarks.bench``: collective benchmarks of the dummy backend.
 
 It compares the ``dummy`` backend with gloo (and NCCL on CUDA) in the same rank processes,
 with DeepSpeed's shared-memory allreduce and Open MPI where they are installed (each in rank
@@ -15,5 +15,7 @@ project's targets), :mod:`.report` and :mod:`.plot` (output). The multi-host mod
 :mod:`.hosts` (the run), :mod:`.host_layouts` (``--layouts``), :mod:`.host_launch` (a pass,
 through torchrun or not) and :mod:`.host_rank` (a rank), :mod:`.host_passes` (medians and
 spread), :mod:`.host_targets` and :mod:`.host_report`.
-Nothing here is imported by ``import dummy_collectives``.
+It lives outside the wheel and runs from the repository's root: ``python -m`` finds
+``benchmarks`` and ``tools`` (the namespaced hosts) there, and so do the rank processes it
+starts, which inherit that directory.
 """

@@ -2,7 +2,7 @@
 simulated hosts.
 
 Each layout (:mod:`.host_layouts`: ``2x2`` or ``3+1``, ranks numbered host by host) runs on
-namespaced hosts of its own (:mod:`dummy_collectives.namespaced_hosts`: a network namespace,
+namespaced hosts of its own (:mod:`tools.namespaced_hosts`: a network namespace,
 /dev/shm and hostname each, links optionally shaped with tbf) on this machine, made before its
 first pass and removed after its last, also when it fails: layouts differ in their host
 counts, and a failed layout must not leave processes behind that the next one would share the
@@ -33,18 +33,18 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from dummy_collectives import namespaced_hosts
-from dummy_collectives.bench import host_targets
-from dummy_collectives.bench.host_launch import run_pass
-from dummy_collectives.bench.host_layouts import HostLayout
-from dummy_collectives.bench.host_passes import summarize
-from dummy_collectives.bench.host_plans import probe
-from dummy_collectives.bench.host_report import AcrossHosts, LayoutRun
-from dummy_collectives.bench.machine import machine_info
-from dummy_collectives.bench.plan import HostsPlan
-from dummy_collectives.bench.report import RunData, markdown, progress_line, write
-from dummy_collectives.bench.results import Result
-from dummy_collectives.namespaced_hosts import NamespacedHosts, rate_bits_per_second
+from benchmarks.bench import host_targets
+from benchmarks.bench.host_launch import run_pass
+from benchmarks.bench.host_layouts import HostLayout
+from benchmarks.bench.host_passes import summarize
+from benchmarks.bench.host_plans import probe
+from benchmarks.bench.host_report import AcrossHosts, LayoutRun
+from benchmarks.bench.machine import machine_info
+from benchmarks.bench.plan import HostsPlan
+from benchmarks.bench.report import RunData, markdown, progress_line, write
+from benchmarks.bench.results import Result
+from tools import namespaced_hosts
+from tools.namespaced_hosts import NamespacedHosts, rate_bits_per_second
 
 KNOB_PREFIX = "DUMMY_COLLECTIVES_"
 # Inside the hosts' own network namespaces nothing else listens; each launch takes the next port

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dummy_collectives.bench.plan import DUMMY, GLOO
-from dummy_collectives.bench.results import Result
+from benchmarks.bench.plan import DUMMY, GLOO
+from benchmarks.bench.results import Result
 
 
 @dataclass

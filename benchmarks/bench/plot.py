@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dummy_collectives.bench.report import BACKEND_ORDER, GB, RunData
-from dummy_collectives.bench.sizes import format_size
+from benchmarks.bench.report import BACKEND_ORDER, GB, RunData
+from benchmarks.bench.sizes import format_size
 
 STYLE = {"dummy": "o-", "gloo": "s-", "nccl": "^-", "deepspeed": "d-", "openmpi": "v-"}
 

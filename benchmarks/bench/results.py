@@ -6,8 +6,8 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from dummy_collectives.bench.layout import COLLECTIVES, busbw_factor
-from dummy_collectives.bench.timing import Timing
+from benchmarks.bench.layout import COLLECTIVES, busbw_factor
+from benchmarks.bench.timing import Timing
 
 OK = "ok"
 SKIPPED = "skipped"

@@ -1,6 +1,6 @@
 """The c10d floor at a world size, measured in rank processes of its own.
 
-The floor (:func:`dummy_collectives.bench.baseline.c10d_floor`) is what one c10d call costs
+The floor (:func:`benchmarks.bench.baseline.c10d_floor`) is what one c10d call costs
 with nothing moved: PyTorch's FakeProcessGroup, in one process. Ranks of a real group run
 their calls at the same time, as many processes, and every c10d backend pays what that costs:
 
@@ -41,10 +41,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dummy_collectives.bench.baseline import FLOOR
-from dummy_collectives.bench.results import ERROR, SKIPPED, Result, measured, not_measured
-from dummy_collectives.bench.spawn import dead_ranks, stop
-from dummy_collectives.bench.timing import TimingConfig, measure
+from benchmarks.bench.baseline import FLOOR
+from benchmarks.bench.results import ERROR, SKIPPED, Result, measured, not_measured
+from benchmarks.bench.spawn import dead_ranks, stop
+from benchmarks.bench.timing import TimingConfig, measure
 
 _RESULT_TIMEOUT_S = 300.0
 _POLL_S = 1.0
@@ -52,7 +52,7 @@ _JOIN_S = 30.0
 
 
 class ProcessSync:
-    """The timing protocol's :class:`~dummy_collectives.bench.timing.Sync` over
+    """The timing protocol's :class:`~benchmarks.bench.timing.Sync` over
     ``multiprocessing`` primitives (the fake ranks have no process group that communicates)."""
 
     def __init__(self, rank: int, barrier: Any, values: Any) -> None:

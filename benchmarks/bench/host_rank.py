@@ -1,11 +1,11 @@
 """One rank of the multi-host mode, started inside a namespaced host (:mod:`.hosts`).
 
-``python -m dummy_collectives.bench.host_rank --plan JSON --messages FILE``, with the env://
+``python -m benchmarks.bench.host_rank --plan JSON --messages FILE``, with the env://
 variables (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` = host 0, ...) and ``GLOO_SOCKET_IFNAME``
-set by torchrun (one per host, :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.torchrun`)
-or by :meth:`~dummy_collectives.namespaced_hosts.NamespacedHosts.launch_ranks` (``--launch
+set by torchrun (one per host, :meth:`~tools.namespaced_hosts.NamespacedHosts.torchrun`)
+or by :meth:`~tools.namespaced_hosts.NamespacedHosts.launch_ranks` (``--launch
 direct``). It measures the plan exactly as a spawned rank does
-(:func:`~dummy_collectives.bench.runner.run_rank`): dummy as the default group, which spans the
+(:func:`~benchmarks.bench.runner.run_rank`): dummy as the default group, which spans the
 hosts, and gloo over the same ranks.
 
 The parent cannot hand a multiprocessing queue to a process started through ``nsenter``, so the
@@ -22,8 +22,8 @@ import json
 import os
 from typing import Any
 
-from dummy_collectives.bench.plan import Plan, WorldSpec
-from dummy_collectives.bench.runner import run_rank
+from benchmarks.bench.plan import Plan, WorldSpec
+from benchmarks.bench.runner import run_rank
 
 
 class JsonLines:

@@ -16,13 +16,13 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from dummy_collectives.bench.host_launch import run_pass
-from dummy_collectives.bench.host_layouts import HostLayout
-from dummy_collectives.bench.layout import layout as buffers_of
-from dummy_collectives.bench.plan import DUMMY, Plan
-from dummy_collectives.bench.results import Result
-from dummy_collectives.bench.timing import TimingConfig
-from dummy_collectives.namespaced_hosts import NamespacedHosts
+from benchmarks.bench.host_launch import run_pass
+from benchmarks.bench.host_layouts import HostLayout
+from benchmarks.bench.layout import layout as buffers_of
+from benchmarks.bench.plan import DUMMY, Plan
+from benchmarks.bench.results import Result
+from benchmarks.bench.timing import TimingConfig
+from tools.namespaced_hosts import NamespacedHosts
 
 # What the backend notes where it hands the whole operation to gloo's own call.
 GLOO_OWN = "gloo's own"

@@ -1,7 +1,7 @@
 """The DeepSpeed peer: one rank of DeepSpeed's shm allreduce, in a process of its own.
 
-:func:`dummy_collectives.bench.peers.run_deepspeed` starts ``python -m
-dummy_collectives.bench.deepspeed_peer --plan JSON`` once per rank, with ``RANK``,
+:func:`benchmarks.bench.peers.run_deepspeed` starts ``python -m
+benchmarks.bench.deepspeed_peer --plan JSON`` once per rank, with ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``, ``LOCAL_SIZE`` (= the world size, which
 DeepSpeed's shm path needs), ``DS_ACCELERATOR=cpu`` and ``OMP_NUM_THREADS=1`` in the
 environment, set there because importing the package already imports torch.
@@ -9,7 +9,7 @@ environment, set there because importing the package already imports torch.
 Each rank sets ``torch.set_num_threads(1)``, initialises gloo (the control group of the
 timing protocol), then ``deepspeed.comm.init_distributed``, which wraps that group and
 initialises the ``deepspeed_shm_comm`` op; the points are checked and timed with the torch
-ranks' own :func:`~dummy_collectives.bench.runner.run_point`. Rank 0 prints one line per
+ranks' own :func:`~benchmarks.bench.runner.run_point`. Rank 0 prints one line per
 point, ``BENCH_RESULT {json}``, and ``BENCH_NOTE text`` when DeepSpeed cannot be used.
 """
 
@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from dummy_collectives.bench.peers import (
+from benchmarks.bench.peers import (
     DEEPSPEED_COLLECTIVES,
     NOTE_PREFIX,
     RESULT_PREFIX,
     deepspeed_segment,
 )
-from dummy_collectives.bench.plan import DEEPSPEED, Plan, WorldSpec
-from dummy_collectives.bench.runner import PG_TIMEOUT, GlooSync, RankContext, first_line, run_point
+from benchmarks.bench.plan import DEEPSPEED, Plan, WorldSpec
+from benchmarks.bench.runner import PG_TIMEOUT, GlooSync, RankContext, first_line, run_point
 
 if TYPE_CHECKING:
-    from dummy_collectives.bench.collectives import Buffers
+    from benchmarks.bench.collectives import Buffers
 
 OpFactory = Callable[["Buffers"], "Callable[[], object]"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dummy_collectives.namespaced_hosts import MAX_HOSTS
+from tools.namespaced_hosts import MAX_HOSTS
 
 _UNIFORM = re.compile(r"^(\d+)[xX](\d+)$")
 _COUNTS = re.compile(r"^\d+(\+\d+)+$")
