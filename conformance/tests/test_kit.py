@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from c10d_conformance import report, runner, suite
+from c10d_conformance import reference, report, runner, suite
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -148,3 +148,67 @@ def test_where_hung_reads_a_faulthandler_dump() -> None:
     )
     assert runner.where_hung(dump) == "torch.distributed.all_gather (from check_all_gather)"
     assert runner.host_of(3, 4, 2) == 1 and runner.host_of(1, 4, 2) == 0
+
+
+def test_compare_with_lists_the_rows_the_reference_passes_and_this_run_does_not(
+    tmp_path: Path,
+) -> None:
+    def result(backend: str, *rows: tuple[str, int, str, str]) -> dict[str, Any]:
+        return {
+            "backend": backend,
+            "rows": [
+                {"name": n, "world_size": w, "status": s, "cell": s, "message": m}
+                for n, w, s, m in rows
+            ],
+        }
+
+    gloo = result(
+        "gloo",
+        ("barrier", 2, "pass", ""),
+        ("all_reduce:SUM", 2, "pass", ""),
+        ("all_reduce:SUM", 3, "pass", ""),
+        ("all_reduce:PREMUL_SUM", 2, "fail", "Cannot use ReduceOp.PREMUL_SUM with Gloo"),
+        ("DDP", 2, "pass", ""),
+    )
+    mine = result(
+        "mine",
+        ("barrier", 2, "pass", ""),
+        ("all_reduce:SUM", 2, "pass", ""),
+        ("all_reduce:SUM", 3, "fail", "rank 1: got [1.0], gloo gives [2.0]"),
+        ("all_reduce:PREMUL_SUM", 2, "pass", ""),
+    )
+    assert reference.behind(gloo, mine) == [
+        "ws=3 all_reduce:SUM: gloo pass, mine fail: rank 1: got [1.0], gloo gives [2.0]",
+        "ws=2 DDP: gloo pass, mine not run",
+    ]
+    assert reference.behind(gloo, gloo) == []
+    assert reference.behind(mine, gloo) == [
+        "ws=2 all_reduce:PREMUL_SUM: mine pass, gloo fail: Cannot use ReduceOp.PREMUL_SUM with Gloo"
+    ]
+    path = tmp_path / "gloo.json"
+    path.write_text(json.dumps(gloo))
+    assert reference.load(str(path)) == gloo
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="no 'rows'"):
+        reference.load(str(path))
+
+
+def test_compare_with_exits_1_when_a_row_the_reference_passes_fails(tmp_path: Path) -> None:
+    ref = tmp_path / "gloo.json"
+    row = {"name": "all_reduce:SUM", "world_size": 2, "status": "pass", "message": ""}
+    ref.write_text(json.dumps({"backend": "gloo", "rows": [row]}))
+    code, result = kit(
+        "--backend", "broken_sum", "--module", "broken_backends",
+        "--only", "all_reduce:SUM", "--compare-with", str(ref),
+    )  # fmt: skip
+    assert code == 1
+    assert result["behind"][0].startswith("ws=2 all_reduce:SUM: gloo pass, broken_sum FAIL: rank")
+    ref.write_text("not json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "c10d_conformance", "--backend", "gloo", "--compare-with", str(ref)],
+        env=dict(os.environ, PYTHONPATH=str(SRC)),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "--compare-with" in proc.stderr and "cannot read it" in proc.stderr

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import importlib
+import json
 import sys
 import time
 
 import torch
 
-from c10d_conformance import torch_suite
+from c10d_conformance import reference, torch_suite
 from c10d_conformance.checks import CHECKS
 from c10d_conformance.report import as_json, declared_failures, matrix
 from c10d_conformance.runner import Config
@@ -60,6 +61,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "matrix)",
     )
     p.add_argument("--strict", action="store_true", help="exit 1 if a declared row fails")
+    p.add_argument(
+        "--compare-with",
+        metavar="FILE",
+        help="a reference run's --json (gloo's): exit 1 if a row it passes does not pass here",
+    )
     return p.parse_args(argv)
 
 
@@ -77,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             importlib.import_module(args.module)
         except Exception as exc:
             print(f"--module {args.module}: cannot import it: {exc!r}", file=sys.stderr)
+            return 2
+    ref = None
+    if args.compare_with:
+        try:
+            ref = reference.load(args.compare_with)
+        except ValueError as exc:
+            print(f"--compare-with {args.compare_with}: {exc}", file=sys.stderr)
             return 2
     caps = declared_capabilities(args.module)
     host_env = args.host_env or "C10D_CONFORMANCE_HOST_ID"
@@ -121,8 +134,16 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "distributed_test": args.distributed_test,
     }
+    behind: list[str] = []
+    if ref is not None:
+        behind = reference.behind(ref, json.loads(as_json(rows, meta)))
+        meta.update(compared_with=args.compare_with, behind=behind)
     if args.json and not to_stdout:
         with open(args.json, "w") as f:
             f.write(as_json(rows, meta) + "\n")
     print(as_json(rows, meta) if to_stdout else matrix(rows, header))
-    return 1 if args.strict and declared_failures(rows) else 0
+    if ref is not None:
+        verdict = f"{len(behind)} rows behind" if behind else "equals or beats it in every row"
+        lines = [f"compared with {args.compare_with} ({ref.get('backend')}): {verdict}", *behind]
+        print("\n".join(lines), file=log)
+    return 1 if (args.strict and declared_failures(rows)) or behind else 0
