@@ -212,3 +212,12 @@ def test_compare_with_exits_1_when_a_row_the_reference_passes_fails(tmp_path: Pa
     )
     assert proc.returncode == 2
     assert "--compare-with" in proc.stderr and "cannot read it" in proc.stderr
+
+
+def test_a_hang_after_a_rank_raised_says_the_error_first() -> None:
+    raised = runner.RankAnswer(0, False, error_type="CallFailed", message="recv(): ValueError: no")
+    hung = "hung: rank 2 in torch.distributed.send (from run) did not finish within 60 s"
+    status, message, _ = suite.summarize(runner.Outcome([raised], hung=hung))
+    assert status == suite.HUNG
+    assert message == f"rank 0: recv(): ValueError: no; then {hung}"
+    assert suite.summarize(runner.Outcome([], hung=hung))[:2] == (suite.HUNG, hung)

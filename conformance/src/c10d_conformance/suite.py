@@ -62,10 +62,14 @@ def first_line(text: str, limit: int = 300) -> str:
 
 
 def summarize(outcome: Outcome) -> tuple[str, str, str]:
-    """(status, message, detail) of one check's outcome."""
-    if outcome.hung:
-        return HUNG, outcome.hung, ""
+    """(status, message, detail) of one check's outcome. A hang after a rank raised says the
+    error first: the others often hang only because that rank left the call."""
     failed = [a for a in outcome.answers if not a.ok]
+    if outcome.hung:
+        if not failed:
+            return HUNG, outcome.hung, ""
+        _, message, detail = summarize(Outcome(failed))
+        return HUNG, f"{message}; then {outcome.hung}", detail
     if not failed:
         return PASS, next((str(a.value) for a in outcome.answers if a.value), ""), ""
     # A difference in the results says more than the errors that may follow it elsewhere.
