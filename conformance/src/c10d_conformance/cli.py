@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     host_env = args.host_env or "C10D_CONFORMANCE_HOST_ID"
     if not args.host_env and args.module:
         host_env = getattr(sys.modules[args.module], "HOST_ID_ENV", host_env)
+    host_note = ""
+    if args.hosts > 1 and host_env == "C10D_CONFORMANCE_HOST_ID":
+        # Nothing says the backend reads it: it may well see one host.
+        host_note = ", the default: if the backend reads another variable, pass --host-env"
     checks = [c for c in CHECKS if not args.quick or c.quick]
     if args.only:
         globs = args.only.split(",")
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += torch_suite.rows(
                 args.backend, args.module, w, args.distributed_test, args.keyword, log, caps is None
             )
-    hosts = f", {args.hosts} simulated hosts ({host_env})" if args.hosts > 1 else ""
+    hosts = f", {args.hosts} simulated hosts ({host_env}{host_note})" if args.hosts > 1 else ""
     declares = "nothing (every row counts as declared)" if caps is None else ", ".join(sorted(caps))
     header = (
         f"c10d conformance: backend {args.backend!r}"
