@@ -153,37 +153,27 @@ def test_where_hung_reads_a_faulthandler_dump() -> None:
 def test_compare_with_lists_the_rows_the_reference_passes_and_this_run_does_not(
     tmp_path: Path,
 ) -> None:
-    def result(backend: str, *rows: tuple[str, int, str, str]) -> dict[str, Any]:
-        return {
-            "backend": backend,
-            "rows": [
-                {"name": n, "world_size": w, "status": s, "cell": s, "message": m}
-                for n, w, s, m in rows
-            ],
-        }
+    ran = [("barrier", 2), ("all_reduce:SUM", 2), ("all_reduce:SUM", 3)]
+    ran += [("all_reduce:PREMUL_SUM", 2), ("DDP", 2)]
 
-    gloo = result(
-        "gloo",
-        ("barrier", 2, "pass", ""),
-        ("all_reduce:SUM", 2, "pass", ""),
-        ("all_reduce:SUM", 3, "pass", ""),
-        ("all_reduce:PREMUL_SUM", 2, "fail", "Cannot use ReduceOp.PREMUL_SUM with Gloo"),
-        ("DDP", 2, "pass", ""),
-    )
-    mine = result(
-        "mine",
-        ("barrier", 2, "pass", ""),
-        ("all_reduce:SUM", 2, "pass", ""),
-        ("all_reduce:SUM", 3, "fail", "rank 1: got [1.0], gloo gives [2.0]"),
-        ("all_reduce:PREMUL_SUM", 2, "pass", ""),
-    )
+    def result(backend: str, fails: dict[tuple[str, int], str], upto: int = 5) -> dict[str, Any]:
+        def row(name: str, ws: int) -> dict[str, Any]:
+            status = "fail" if (name, ws) in fails else "pass"
+            message = fails.get((name, ws), "")
+            return {"name": name, "world_size": ws, "status": status, "message": message}
+
+        return {"backend": backend, "rows": [row(n, w) for n, w in ran[:upto]]}
+
+    premul = "Cannot use ReduceOp.PREMUL_SUM with Gloo"
+    gloo = result("gloo", {("all_reduce:PREMUL_SUM", 2): premul})
+    mine = result("mine", {("all_reduce:SUM", 3): "rank 1: got [1.0], gloo gives [2.0]"}, upto=4)
     assert reference.behind(gloo, mine) == [
         "ws=3 all_reduce:SUM: gloo pass, mine fail: rank 1: got [1.0], gloo gives [2.0]",
         "ws=2 DDP: gloo pass, mine not run",
     ]
     assert reference.behind(gloo, gloo) == []
     assert reference.behind(mine, gloo) == [
-        "ws=2 all_reduce:PREMUL_SUM: mine pass, gloo fail: Cannot use ReduceOp.PREMUL_SUM with Gloo"
+        f"ws=2 all_reduce:PREMUL_SUM: mine pass, gloo fail: {premul}"
     ]
     path = tmp_path / "gloo.json"
     path.write_text(json.dumps(gloo))
