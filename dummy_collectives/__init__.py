@@ -39,10 +39,12 @@ from dummy_collectives._waits import (  # noqa: E402
     wait_summary,
 )
 from dummy_collectives.flight_recorder import dump_fr_trace, dump_fr_trace_json  # noqa: E402
+from dummy_collectives.topology import HOST_ID_ENV  # noqa: E402
 
 __all__ = [
     "BACKEND_NAME",
     "DummyBackend",
+    "HOST_ID_ENV",
     "Options",
     "RankWaits",
     "WaitSummary",

@@ -21,6 +21,10 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+# The variable that names a rank's host where the machine's own identity will not do (simulated
+# hosts on one machine); the conformance kit's --hosts sets it (conformance/README.md).
+HOST_ID_ENV = "DUMMY_COLLECTIVES_HOST_ID"
+
 _KEY_PREFIX = "dummy_collectives/topology/"
 
 
@@ -115,7 +119,7 @@ def this_host() -> HostIdentity:
     pid_namespace = os.stat("/proc/self/ns/pid").st_ino
     processes = f"{boot_id}/pidns:{pid_namespace}"
     pid = os.getpid()
-    forced = os.environ.get("DUMMY_COLLECTIVES_HOST_ID", "")
+    forced = os.environ.get(HOST_ID_ENV, "")
     if forced:
         return HostIdentity(f"id:{forced}", forced, _engine_address(), boot_id, pid, processes)
     shm = os.stat("/dev/shm")
