@@ -240,7 +240,7 @@ Bytes Agreement::finish() {
     if (otherForm >= 0) {
       // A broadcast's one-way record met this exchange (peer_links.hpp): its host is done or
       // waits for nobody, so only failing the group tells everyone.
-      const Header other = readRecords(leaderRecords_, {offsets[otherForm]})[0].header;
+      const Header other = readHeader(leaderRecords_, offsets[otherForm]);
       levels_.health.fail(
           ctx_.describe(),
           differentCalls(topology, {{other.writer, other.op}, {topology.rank(), ctx_.op}}));
@@ -422,8 +422,7 @@ OneWayAgreement agreeOneWay(
     // From here on this host waits only for the root's.
     const int64_t readyNs = arrivalClockNs();
     levels.rail->wait(heardWork, ctx);
-    Header rootRecord;
-    std::memcpy(&rootRecord, heard.data_ptr(), sizeof(Header));
+    const Header rootRecord = readHeader(heard, 0);
     failIfPeersMayHaveGivenUp(levels, ctx, heardWork, /*peersWaitedForUs=*/false);
     // The root's host came last if its record left later after the last exchange than this
     // host was ready (each on its own steady clock); then this host waited for it.
@@ -436,7 +435,9 @@ OneWayAgreement agreeOneWay(
     if (judgement.groupFails) {
       levels.health.fail(ctx.describe(), judgement.mismatch); // wakes this host's ranks too
     }
-    rootPayload = payloadOf(heard);
+    if (judgement.mismatch.empty()) {
+      rootPayload = payloadOf(heard); // a record the judgement refused may claim any length
+    }
     if (localSize == 1) {
       if (!judgement.mismatch.empty()) {
         raiseMismatch(judgement.mismatch);

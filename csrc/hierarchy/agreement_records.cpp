@@ -28,16 +28,25 @@ at::Tensor makeRecord(size_t bytes, const Header& header, ByteView payload) {
   return record;
 }
 
+Header readHeader(const at::Tensor& records, int64_t offset) {
+  const auto size = static_cast<uint64_t>(records.numel());
+  TORCH_CHECK(offset >= 0 && static_cast<uint64_t>(offset) + kHeaderBytes <= size,
+              "dummy_collectives: a record at byte ", offset, " of ", size,
+              " has no room for its header");
+  Header header;
+  std::memcpy(&header, static_cast<const std::byte*>(records.data_ptr()) + offset,
+              sizeof(Header));
+  return header;
+}
+
 std::vector<Record> readRecords(const at::Tensor& records, const std::vector<int64_t>& offsets) {
   std::vector<Record> out;
   const auto* base = static_cast<const std::byte*>(records.data_ptr());
   const auto size = static_cast<uint64_t>(records.numel());
   for (const int64_t offset : offsets) {
-    const auto start = static_cast<uint64_t>(offset);
-    TORCH_CHECK(start + kHeaderBytes <= size, "dummy_collectives: a record at byte ", offset,
-                " of ", size, " has no room for its header");
     Record r;
-    std::memcpy(&r.header, base + offset, sizeof(Header));
+    r.header = readHeader(records, offset);
+    const auto start = static_cast<uint64_t>(offset);
     TORCH_CHECK(r.header.payloadBytes <= size - start - kHeaderBytes,
                 "dummy_collectives: the record at byte ", offset, " claims ",
                 r.header.payloadBytes, " payload bytes, past the end of its ", size,

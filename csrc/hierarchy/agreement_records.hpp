@@ -40,6 +40,9 @@ struct Record {
   Header header;
   ByteView payload; // a view into the records read
 };
+// The header of the record at `offset` alone, whatever payload it claims (a record of another
+// collective's, which the caller judges before reading further).
+Header readHeader(const at::Tensor& records, int64_t offset);
 // The records at `offsets` of `records`. Raises where a header claims a payload that runs past
 // the end of `records` (a record that is no record: it must never be read past its buffer).
 std::vector<Record> readRecords(const at::Tensor& records, const std::vector<int64_t>& offsets);

@@ -125,6 +125,9 @@ TEST(Records, AHeaderClaimingMoreThanItsBufferIsRefused) {
     EXPECT_NE(std::string(e.what()).find("past the end"), std::string::npos) << e.what();
   }
   EXPECT_THROW(records::readRecords(record, {record.numel() - 8}), c10::Error);
+  // Its header alone is readable: the caller judges the call before its payload.
+  EXPECT_EQ(records::readHeader(record, 0).payloadBytes, uint64_t{1} << 20);
+  EXPECT_THROW(records::readHeader(record, record.numel() - 8), c10::Error);
 }
 
 TEST(Descriptor, IsFortyEightBytesAndComparesEveryField) {
