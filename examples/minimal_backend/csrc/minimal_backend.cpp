@@ -30,6 +30,18 @@ const char* reduceOpName(c10d::ReduceOp::RedOpType op) {
   return op <= c10d::ReduceOp::UNUSED ? names[op] : "unknown";
 }
 
+// What a rank called, sent ahead of its bytes in every round: ranks that called different
+// collectives (or broadcasts from different roots) raise on every rank instead of mixing data.
+struct Call {
+  int32_t kind; // c10d::OpType
+  int32_t root; // -1: none
+};
+
+std::string describe(const Call& call) {
+  return c10d::opTypeToString(static_cast<c10d::OpType>(call.kind)) +
+      (call.root >= 0 ? c10::str(" from root ", call.root) : std::string());
+}
+
 // One collective as the worker runs it, fixed when it was issued.
 struct Round {
   std::string what; // "minimal backend: all_reduce on rank 1 of 2 (group '0'), collective #3"
@@ -290,7 +302,10 @@ class MinimalBackend : public c10d::Backend {
   std::vector<std::vector<uint8_t>> exchange(const Round& r, const at::Tensor& t, int64_t root) {
     auto sent = [&](int64_t i) { return t.defined() && (root < 0 || root == i) ? t.nbytes() : 0; };
     const auto* data = sent(getRank()) > 0 ? static_cast<const uint8_t*>(t.data_ptr()) : nullptr;
-    const std::vector<uint8_t> bytes(data, data + sent(getRank()));
+    const Call mine{static_cast<int32_t>(r.kind), static_cast<int32_t>(root)};
+    std::vector<uint8_t> bytes(sizeof(Call));
+    std::memcpy(bytes.data(), &mine, sizeof(Call));
+    bytes.insert(bytes.end(), data, data + sent(getRank()));
     std::vector<std::string> keys;
     for (int i = 0; i < getSize(); ++i) keys.push_back(key(r.seq, i));
     store_->set(keys[getRank()], bytes);
@@ -313,6 +328,18 @@ class MinimalBackend : public c10d::Backend {
     // Every peer has set its key of this round, so it has finished reading the previous one:
     // this rank's key of that round can go. The Store holds at most one key per rank and group.
     if (r.seq > 0) store_->deleteKey(key(r.seq - 1, getRank()));
+    // Every rank reads every rank's call: all raise alike and stay in step, so the group stays
+    // usable.
+    std::string calls;
+    bool same = true;
+    for (int i = 0; i < getSize(); ++i) {
+      Call theirs{};
+      std::memcpy(&theirs, all[i].data(), sizeof(Call));
+      same = same && theirs.kind == mine.kind && theirs.root == mine.root;
+      calls += c10::str("; rank ", i, ": ", describe(theirs));
+      all[i].erase(all[i].begin(), all[i].begin() + sizeof(Call));
+    }
+    TORCH_CHECK(same, r.what, ": ranks called different collectives", calls);
     // Copying a peer's bytes into a tensor of another size would write past it: every rank
     // checks the sizes, and raises if the ranks called the collective with different tensors.
     for (int i = 0; i < getSize(); ++i) {
