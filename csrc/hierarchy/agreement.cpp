@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -50,7 +49,6 @@ void failIfPeersMayHaveGivenUp(
     levels.health.fail(ctx.describe(), heard.reason);
   }
 }
-
 
 [[noreturn]] void raiseMismatch(const std::string& message) {
   C10_THROW_ERROR(DistBackendError, message);
