@@ -27,13 +27,15 @@ ucp_context_h makeContext() {
   if (std::getenv("UCX_TCP_BRIDGE_ENABLE") == nullptr) {
     ucp.ucp_config_modify(config, "TCP_BRIDGE_ENABLE", "y");
   }
-  // TCP moves a message in segments, a system call each: UCX's default segment suits latency
-  // between processes that exchange little, ours carry whole tensors, for which 64 KiB (what a
-  // NIC's segmentation offload takes at once) costs an eighth of the calls
+  // TCP moves a message in segments, a system call each way: UCX's default segment suits
+  // latency between processes that exchange little, ours carry whole tensors. A segment that
+  // holds a whole piece of the links' data (kTcpSegmentBytes) moves each piece in one call where
+  // the socket takes it, where smaller ones cost a call, a wake-up and a header each
   // (docs/benchmarks.md, "UCX under the links"). The user's settings win.
+  const std::string segment = c10::str(kTcpSegmentBytes >> 10, "k");
   for (const char* name : {"TCP_TX_SEG_SIZE", "TCP_RX_SEG_SIZE"}) {
     if (std::getenv(c10::str("UCX_", name).c_str()) == nullptr) {
-      ucp.ucp_config_modify(config, name, "64k");
+      ucp.ucp_config_modify(config, name, segment.c_str());
     }
   }
   ucp_params_t params{};

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,11 @@
 #include <ucp/api/ucp.h>
 
 namespace dummy_collectives::ucx {
+
+// The TCP transport's segment, both ways (UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE unless the
+// user set them): as large as the largest message the links send of a tensor's data, so each
+// such message crosses in one system call where the socket takes it.
+constexpr size_t kTcpSegmentBytes = size_t{1} << 20;
 
 // A UCX worker with an endpoint to each peer, driven by whichever thread waits (no progress
 // thread: a wait progresses the worker itself, then sleeps on its event fd). One ucp context
