@@ -273,7 +273,7 @@ def alltoall(out_dir: str) -> Result:
 def chain_broadcast(out_dir: str) -> Result:
     """Broadcasts too large for the root's record (on hosts of one rank they go along a chain of
     the hosts, each passing the message on as it lands) from every root: odd byte counts, so
-    pipes and sockets never move whole pages only, and float and uint8 data, each checked
+    no piece is a whole number of pages, and float and uint8 data, each checked
     exactly on every rank; then a small allreduce, which must still pair."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     wrong = []

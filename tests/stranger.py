@@ -2,8 +2,8 @@
 
 It watches the host's listening TCP ports (its network namespace's /proc/net/tcp) and, the moment
 a new one opens, connects to it three times: one connection sends 64 random bytes and closes,
-one sends a hello of dummy's leader links (their magic, a member index and a channel that a
-real member would send, but not the group's token) and stays open, one says nothing and stays
+one sends the hello of UCX's TCP transport (its magic number, which the cross-host links'
+listeners expect first) followed by random bytes and stays open, one says nothing and stays
 open. It stops once STOP_FILE exists, and writes what it did to OUT_FILE (JSON).
 
 usage: python tests/stranger.py OUT_FILE STOP_FILE SKIP_PORT
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 LISTEN = "0A"  # /proc/net/tcp's state of a listening socket
-LINKS_HELLO_MAGIC = 0x44434C33  # leader_links.cpp's kHello
+UCX_TCP_MAGIC = 0xCAFEBABE12345678  # UCX's src/uct/tcp/tcp.h, UCT_TCP_MAGIC_NUMBER
 
 
 def listening() -> set[tuple[str, int]]:
@@ -50,8 +50,7 @@ def visit(address: str, port: int, kept: list[socket.socket]) -> list[str]:
                 conn.sendall(os.urandom(64))
                 conn.close()
             elif kind == "fake hello":
-                token = int.from_bytes(os.urandom(8), "little")
-                conn.sendall(struct.pack("<IIIIQ", LINKS_HELLO_MAGIC, 1, 0, 0, token))
+                conn.sendall(struct.pack("<Q", UCX_TCP_MAGIC) + os.urandom(56))
                 kept.append(conn)
             else:
                 kept.append(conn)

@@ -1,6 +1,6 @@
 """Every named cross-host algorithm, forced with ``DUMMY_COLLECTIVES_ALGO`` (``Options.algo``) on
-every layout it applies to, with each engine between hosts (the leaders' links on UCX or on our
-own sockets, gloo alone), exact against a reference computed on each rank; the table a group
+every layout it applies to, with each engine between hosts (the leaders' links on UCX, gloo
+alone), exact against a reference computed on each rank; the table a group
 reports; rules that do not apply are skipped; bad selections are refused.
 
 Groups span simulated hosts (``DUMMY_COLLECTIVES_HOST_ID``, as in test_across_hosts.py), so the
@@ -28,8 +28,8 @@ LAYOUTS = {"2x1": [0, 1], "3x1": [0, 1, 2], "2x2": [0, 0, 1, 1], "3+1": [0, 0, 0
            "1+3": [0, 1, 1, 1]}  # fmt: skip
 
 # The engines between hosts (inter_host): UCX under the leaders' links (the default where it
-# loads), our own TCP links, or gloo for everything.
-ENGINES = ["ucx", "sockets", "gloo"]
+# loads), or gloo for everything.
+ENGINES = ["ucx", "gloo"]
 # Algorithms that need the leaders' links.
 NEED_LINKS = {"allreduce:segments", "broadcast:chain"}
 

@@ -182,7 +182,7 @@ def test_info_describes_each_group_once_on_every_rank(
                      r"larger messages cross hosts whole, in one engine operation",
                      "cross-host plan")  # fmt: skip
         require_line(log, r"cross-host records: links of the hosts' leaders, driven by the "
-                     r"waiting thread: the leaders' own TCP sockets \(inter_host auto\)",
+                     r"waiting thread: UCX \(inter_host auto\); this rank's: UCX ",
                      "leader links")  # fmt: skip
         require_line(log, r"cross-host plan: broadcasts send the root's host's record one way "
                      r".* with up to 1 MiB of data, larger data after the check",

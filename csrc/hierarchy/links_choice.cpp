@@ -4,7 +4,6 @@
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/exception.h>
 
-#include "hierarchy/leader_links.hpp"
 #include "hierarchy/ucx_links.hpp"
 #include "ucx/ucx_api.hpp"
 
@@ -23,17 +22,7 @@ LinksChoice LinksChoice::decide(
   if (asked == "gloo") {
     return {Engine::kNone, "gloo (inter_host gloo)"};
   }
-  const bool socketsUsable = LeaderLinks::usable(topology.addresses());
-  if (asked == "sockets" || (asked == "auto" && socketsUsable)) {
-    // auto: on TCP our sockets still move bytes faster than UCX's TCP transport
-    // (docs/benchmarks.md, "UCX under the links").
-    if (!socketsUsable) {
-      return {Engine::kNone, "gloo (inter_host sockets, but some host's address is not IPv4)"};
-    }
-    return {Engine::kSockets, c10::str("the leaders' own TCP sockets (inter_host ", asked, ")")};
-  }
-  // ucx (or auto where sockets cannot be made): each host's leader says whether UCX loads
-  // there ("" where it does).
+  // ucx or auto: each host's leader says whether UCX loads there ("" where it does).
   if (topology.localRank() == 0) {
     std::string why;
     const bool loads = ucx::available(&why);
@@ -62,26 +51,18 @@ std::unique_ptr<PeerLinks> makeLinks(
     const Topology& topology,
     int railIndex,
     std::chrono::milliseconds timeout,
-    bool carriesRecords,
     std::shared_ptr<LinkHangUp> hangUp,
     std::function<std::chrono::nanoseconds()> pollFor) {
-  if (choice.engine == LinksChoice::Engine::kUcx) {
-    return std::make_unique<UcxLinks>(store, topology.rail(railIndex), topology.host(),
-                                      topology.addresses(), timeout, std::move(hangUp),
-                                      std::move(pollFor));
-  }
-  TORCH_CHECK(choice.engine == LinksChoice::Engine::kSockets,
+  TORCH_CHECK(choice.engine == LinksChoice::Engine::kUcx,
               "dummy_collectives: no links to make between hosts");
-  return std::make_unique<LeaderLinks>(store, topology.rail(railIndex), topology.host(),
-                                       topology.addresses(), timeout, carriesRecords,
-                                       std::move(hangUp));
+  return std::make_unique<UcxLinks>(store, topology.rail(railIndex), topology.host(),
+                                    topology.addresses(), timeout, std::move(hangUp),
+                                    std::move(pollFor));
 }
 
 std::string describeLinks(const PeerLinks& links) {
-  if (const auto* onUcx = dynamic_cast<const UcxLinks*>(&links)) {
-    return onUcx->describe();
-  }
-  return "the hosts' leaders' own TCP sockets";
+  const auto* onUcx = dynamic_cast<const UcxLinks*>(&links);
+  return onUcx != nullptr ? onUcx->describe() : "links of an unknown engine";
 }
 
 } // namespace dummy_collectives::hierarchy

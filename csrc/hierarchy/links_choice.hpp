@@ -15,11 +15,10 @@ namespace dummy_collectives::hierarchy {
 
 // What carries the agreement's records (and, one rank per host, the data) between hosts: links
 // of the hosts' leaders (peer_links.hpp) on an engine, or nothing (gloo carries everything).
-// `inter_host`: `auto` takes the TCP sockets of our own (leader_links.hpp) where every host's
-// address is IPv4, else UCX where it loads on every host, else gloo alone; `ucx` requires UCX;
-// `sockets` the sockets; `gloo` is gloo alone.
+// `inter_host`: `auto` takes UCX where it loads on every host, else gloo alone; `ucx` requires
+// UCX; `gloo` is gloo alone.
 struct LinksChoice {
-  enum class Engine { kNone, kUcx, kSockets };
+  enum class Engine { kNone, kUcx };
   Engine engine = Engine::kNone;
   std::string why; // for the debug log: what was chosen, or why nothing was
 
@@ -35,7 +34,7 @@ struct LinksChoice {
 };
 
 // The links of this rank's rail (`railIndex`: its local rank where hosts are uniform, else 0)
-// on the chosen engine; every member makes them at once. `carriesRecords`: the hosts' leaders.
+// on the chosen engine; every member makes them at once.
 // `pollFor`: how long a wait on UCX polls before it sleeps (the host's wait policy).
 std::unique_ptr<PeerLinks> makeLinks(
     const LinksChoice& choice,
@@ -43,11 +42,10 @@ std::unique_ptr<PeerLinks> makeLinks(
     const Topology& topology,
     int railIndex,
     std::chrono::milliseconds timeout,
-    bool carriesRecords,
     std::shared_ptr<LinkHangUp> hangUp,
     std::function<std::chrono::nanoseconds()> pollFor);
 
-// "UCX 1.22.0 (...), tcp/eth0" or "our own TCP sockets": what the links run on.
+// "UCX 1.22.0 (...), tcp/eth0": what the links run on.
 std::string describeLinks(const PeerLinks& links);
 
 } // namespace dummy_collectives::hierarchy

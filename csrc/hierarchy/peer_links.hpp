@@ -28,7 +28,7 @@ namespace dummy_collectives::hierarchy {
 //   broadcast);
 // - a peer that gives up is seen after the frames it sent before (endedAfterFrame), and a lost
 //   peer raises LinkLost naming it.
-// Implemented on UCX (ucx_links.hpp) and on TCP sockets of our own (leader_links.hpp).
+// Implemented on UCX (ucx_links.hpp); an engine of its own needs only this interface.
 class PeerLinks {
  public:
   // An exchange's record, a broadcast's one-way record, or data that follows an agreement (its

@@ -205,8 +205,8 @@ TwoLevelLowering::TwoLevelLowering(
                                   /*hostLevel=*/true)
               .spin;
         };
-        links = makeLinks(links_, store, topology_, railIndex, options_->timeout,
-                          /*carriesRecords=*/topology_.localRank() == 0, hangUp, pollFor);
+        links = makeLinks(links_, store, topology_, railIndex, options_->timeout, hangUp,
+                          pollFor);
       } catch (const std::exception& e) {
         C10_THROW_ERROR(DistBackendError,
                         c10::str("dummy_collectives: rank ", rank, " (",

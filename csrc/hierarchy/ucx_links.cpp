@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
+#include <dummy_collectives/debug_log.hpp>
 
 #include "hierarchy/ucx_wire.hpp"
 #include "shm/wait_policy.hpp"
@@ -181,6 +182,9 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
   void send(Outgoing& o) {
     const int64_t total = o.bytes.numel();
     const size_t ready = o.forwards >= 0 ? in_[o.forwards].landed : o.pieces.size();
+    if (o.forwards >= 0 && o.posted == 0 && ready > 0) {
+      debug_log::note("relayed as its ", o.pieces.size(), " pieces land");
+    }
     while (o.posted < std::min(ready, o.pieces.size())) {
       const size_t k = o.posted;
       const int64_t at = static_cast<int64_t>(k) * kPieceBytes;

@@ -23,8 +23,8 @@ namespace dummy_collectives::hierarchy {
 //
 // A frame is one message (records) or, for data, messages of at most kPieceBytes, so a host
 // that forwards a frame (a chain's broadcast) passes each piece on as it lands. A message's tag
-// holds its kind, its channel (records, or data: each a sequence of its own per pair, as each
-// was a connection of the sockets), its sender and its number in that sequence: a receive probes
+// holds its kind, its channel (records, or data: each a sequence of its own per pair, so a
+// record never waits behind a tensor's pieces), its sender and its number in that sequence: a receive probes
 // for exactly the message it expects next and, finding a record of another kind, ends the
 // operation (otherKindFrom). A member that gives up sends each peer, on both channels, a hang-up
 // numbered after the last message it sent, so a peer reads every frame sent before it, then
@@ -60,6 +60,8 @@ class UcxLinks final : public PeerLinks {
 
   // A data frame's largest message: the granularity at which a relaying host passes a frame on.
   static constexpr int64_t kPieceBytes = int64_t{1} << 20;
+  static_assert(kPieceBytes <= static_cast<int64_t>(ucx::kTcpSegmentBytes),
+                "a piece crosses TCP in one segment");
 
   class UcxOperation;
   // One UCX request and what it keeps alive.
