@@ -187,13 +187,12 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
     }
     while (o.posted < std::min(ready, o.pieces.size())) {
       const size_t k = o.posted;
-      const int64_t at = static_cast<int64_t>(k) * kPieceBytes;
-      const auto length = static_cast<size_t>(std::min<int64_t>(total - at, kPieceBytes));
+      const Piece piece = pieceOf(kind_, total, k);
       o.pieces[k] = std::make_unique<Request>();
       o.pieces[k]->keep = o.bytes;
       postSend(*o.pieces[k], links_.worker_->endpoint(o.member),
-               static_cast<const char*>(o.bytes.data_ptr()) + std::max<int64_t>(at, 0), length,
-               tagOf(wireKind(), channel_, links_.me_, o.first + k));
+               static_cast<const char*>(o.bytes.data_ptr()) + piece.at,
+               static_cast<size_t>(piece.bytes), tagOf(wireKind(), channel_, links_.me_, o.first + k));
       ++o.posted;
     }
     while (o.left < o.posted && o.pieces[o.left]->test()) {
@@ -234,8 +233,8 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
       if (kind == wireKind() && static_cast<int64_t>(info.length) <= in.slot.numel()) {
         request->keep = in.slot;
         postReceive(*request, links_.worker_->handle(),
-                    static_cast<char*>(in.slot.data_ptr()) + k * kPieceBytes, info.length,
-                    message);
+                    static_cast<char*>(in.slot.data_ptr()) + pieceOf(kind_, in.slot.numel(), k).at,
+                    info.length, message);
       } else {
         // Longer than the slot, or not what this receive expects: the whole message lands
         // aside and the slot gets its first bytes; nothing after it is taken.
@@ -278,7 +277,7 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
       request = std::make_unique<Request>();
       request->keep = in.slot;
       postExpected(*request, links_.worker_->handle(),
-                   static_cast<char*>(in.slot.data_ptr()) + k * kPieceBytes,
+                   static_cast<char*>(in.slot.data_ptr()) + pieceOf(kind_, in.slot.numel(), k).at,
                    static_cast<size_t>(pieceBytes(in, k)),
                    tagOf(0, channel_, in.member, in.first + k), kAnyKind);
     }
@@ -309,9 +308,10 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
 
   // A message that is not this receive's arrived in place of piece `k`; false.
   bool ended(Incoming& in, size_t k) {
-    const int64_t copied = std::min(in.spill.numel(), in.slot.numel() - int64_t(k) * kPieceBytes);
+    const int64_t at = pieceOf(kind_, in.slot.numel(), k).at;
+    const int64_t copied = std::min(in.spill.numel(), in.slot.numel() - at);
     if (copied > 0) {
-      in.slot.narrow(0, int64_t(k) * kPieceBytes, copied).copy_(in.spill.narrow(0, 0, copied));
+      in.slot.narrow(0, at, copied).copy_(in.spill.narrow(0, 0, copied));
     }
     in.aside = false;
     if (in.asideKind != wireKind()) {
@@ -328,7 +328,7 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
   }
 
   int64_t pieceBytes(const Incoming& in, size_t k) const {
-    return std::min<int64_t>(in.slot.numel() - int64_t(k) * kPieceBytes, kPieceBytes);
+    return pieceOf(kind_, in.slot.numel(), k).bytes;
   }
   uint64_t wireKind() const {
     return kind_ == Kind::kExchange ? kExchange : kind_ == Kind::kOneWay ? kOneWay : kDataKind;
@@ -368,7 +368,7 @@ UcxLinks::UcxLinks(
     sent_[channel].assign(n, 1); // message 0 of the records' channel: the hello below
     received_[channel].assign(n, 1);
   }
-  worker_ = std::make_unique<ucx::Worker>();
+  worker_ = std::make_unique<ucx::Worker>(addresses_[me]);
   const std::vector<uint8_t> address = worker_->address();
   store->set(keyOf(members_[me]), address);
   for (int j = 0; j < n; ++j) {

@@ -1,5 +1,7 @@
 #include "hierarchy/ucx_wire.hpp"
 
+#include <algorithm>
+
 #include "ucx/ucx_api.hpp"
 
 namespace dummy_collectives::hierarchy {
@@ -61,6 +63,14 @@ int piecesOf(PeerLinks::Kind kind, int64_t bytes) {
     return 1;
   }
   return static_cast<int>((bytes + UcxLinks::kPieceBytes - 1) / UcxLinks::kPieceBytes);
+}
+
+Piece pieceOf(PeerLinks::Kind kind, int64_t bytes, size_t k) {
+  if (piecesOf(kind, bytes) == 1) {
+    return {0, bytes};
+  }
+  const int64_t at = static_cast<int64_t>(k) * UcxLinks::kPieceBytes;
+  return {at, std::min(bytes - at, UcxLinks::kPieceBytes)};
 }
 
 void postSend(UcxLinks::Request& request, ucp_ep_h ep, const void* data, size_t length,

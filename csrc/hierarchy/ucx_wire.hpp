@@ -52,6 +52,13 @@ inline uint64_t kindOf(uint64_t tag) {
 
 // How many messages a frame of `bytes` is: records one; data pieces of at most kPieceBytes.
 int piecesOf(PeerLinks::Kind kind, int64_t bytes);
+// Where message `k` of such a frame starts in it, and how many bytes it carries: a record is
+// one message whatever its length.
+struct Piece {
+  int64_t at = 0;
+  int64_t bytes = 0;
+};
+Piece pieceOf(PeerLinks::Kind kind, int64_t bytes, size_t k);
 
 // Posts a send of `length` bytes at `data` to `ep`.
 void postSend(UcxLinks::Request& request, ucp_ep_h ep, const void* data, size_t length,
