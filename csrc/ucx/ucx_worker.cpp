@@ -1,6 +1,10 @@
 #include "ucx/ucx_worker.hpp"
 
+#include <ifaddrs.h>
+#include <netdb.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <cerrno>
@@ -17,14 +21,42 @@
 namespace dummy_collectives::ucx {
 namespace {
 
-ucp_context_h makeContext() {
+// Whether `address` (numeric, IPv4 or IPv6) belongs to an interface of this host that is a
+// Linux bridge.
+bool onBridge(const std::string& address) {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) {
+    return false;
+  }
+  bool bridge = false;
+  for (const ifaddrs* entry = all; entry != nullptr && !bridge; entry = entry->ifa_next) {
+    const sockaddr* at = entry->ifa_addr;
+    if (at == nullptr || (at->sa_family != AF_INET && at->sa_family != AF_INET6)) {
+      continue;
+    }
+    char host[NI_MAXHOST] = {};
+    const socklen_t length =
+        at->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (::getnameinfo(at, length, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0 ||
+        address != host) {
+      continue;
+    }
+    struct stat info{};
+    bridge = ::stat(c10::str("/sys/class/net/", entry->ifa_name, "/bridge").c_str(), &info) == 0;
+  }
+  ::freeifaddrs(all);
+  return bridge;
+}
+
+ucp_context_h makeContext(const std::string& hostAddress) {
   const Api& ucp = api();
   ucp_config_t* config = nullptr;
   check(ucp.ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
-  // UCX leaves out network interfaces that are Linux bridges unless told; a host whose address
-  // is on one (a VM host, a container's bridge) is as reachable as any other. The user's
-  // setting wins.
-  if (std::getenv("UCX_TCP_BRIDGE_ENABLE") == nullptr) {
+  // UCX leaves out network interfaces that are Linux bridges, rightly where they are local ones
+  // with the same address on every host (docker0, virbr0). Where this host's own address, the
+  // one the hosts reach each other on, is on a bridge (a VM host's br0), UCX must take bridges.
+  // The user's setting wins.
+  if (std::getenv("UCX_TCP_BRIDGE_ENABLE") == nullptr && onBridge(hostAddress)) {
     ucp.ucp_config_modify(config, "TCP_BRIDGE_ENABLE", "y");
   }
   // TCP moves a message in segments, a system call each way: UCX's default segment suits
@@ -56,18 +88,18 @@ ucp_context_h makeContext() {
 
 } // namespace
 
-ucp_context_h context() {
-  static ucp_context_h made = makeContext(); // a throw leaves it to the next call
+ucp_context_h context(const std::string& hostAddress) {
+  static ucp_context_h made = makeContext(hostAddress); // a throw leaves it to the next call
   return made;
 }
 
-Worker::Worker() {
+Worker::Worker(const std::string& hostAddress) {
   const Api& ucp = api();
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   // Any thread may hang the links up while another waits on them (LinkHangUp).
   params.thread_mode = UCS_THREAD_MODE_MULTI;
-  check(ucp.ucp_worker_create(context(), &params, &worker_), "ucp_worker_create");
+  check(ucp.ucp_worker_create(context(hostAddress), &params, &worker_), "ucp_worker_create");
   const ucs_status_t status = ucp.ucp_worker_get_efd(worker_, &eventFd_);
   if (status != UCS_OK) {
     ucp.ucp_worker_destroy(worker_);

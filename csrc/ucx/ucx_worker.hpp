@@ -27,7 +27,9 @@ constexpr size_t kTcpSegmentBytes = size_t{1} << 20;
 // shared memory between the peers, which is right: they are on other hosts.
 class Worker {
  public:
-  Worker();
+  // `hostAddress`: the address this host's peers reach it on (the process's first worker
+  // decides, for the whole process, whether UCX may use bridges: context()).
+  explicit Worker(const std::string& hostAddress);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -67,8 +69,9 @@ class Worker {
   std::vector<Endpoint> endpoints_;
 };
 
-// The process's ucp context (tag matching, wake-ups), made at the first call. Throws where UCX
-// did not load (ucx_api.hpp) or refused to start.
-ucp_context_h context();
+// The process's ucp context (tag matching, wake-ups), made at the first call; UCX may use
+// Linux bridges where `hostAddress` is on one. Throws where UCX did not load (ucx_api.hpp) or
+// refused to start.
+ucp_context_h context(const std::string& hostAddress);
 
 } // namespace dummy_collectives::ucx
