@@ -192,7 +192,8 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
       o.pieces[k]->keep = o.bytes;
       postSend(*o.pieces[k], links_.worker_->endpoint(o.member),
                static_cast<const char*>(o.bytes.data_ptr()) + piece.at,
-               static_cast<size_t>(piece.bytes), tagOf(wireKind(), channel_, links_.me_, o.first + k));
+               static_cast<size_t>(piece.bytes),
+               tagOf(wireKind(), channel_, links_.me_, o.first + k));
       ++o.posted;
     }
     while (o.left < o.posted && o.pieces[o.left]->test()) {
@@ -276,10 +277,11 @@ class UcxLinks::UcxOperation final : public PeerLinks::Operation {
       auto& request = in.pieces[k];
       request = std::make_unique<Request>();
       request->keep = in.slot;
+      const Piece piece = pieceOf(kind_, in.slot.numel(), k);
       postExpected(*request, links_.worker_->handle(),
-                   static_cast<char*>(in.slot.data_ptr()) + pieceOf(kind_, in.slot.numel(), k).at,
-                   static_cast<size_t>(pieceBytes(in, k)),
-                   tagOf(0, channel_, in.member, in.first + k), kAnyKind);
+                   static_cast<char*>(in.slot.data_ptr()) + piece.at,
+                   static_cast<size_t>(piece.bytes), tagOf(0, channel_, in.member, in.first + k),
+                   kAnyKind);
     }
     while (in.landed < in.probed && in.pieces[in.landed]->test()) {
       const size_t k = in.landed;

@@ -24,11 +24,12 @@ namespace dummy_collectives::hierarchy {
 // A frame is one message (records) or, for data, messages of at most kPieceBytes, so a host
 // that forwards a frame (a chain's broadcast) passes each piece on as it lands. A message's tag
 // holds its kind, its channel (records, or data: each a sequence of its own per pair, so a
-// record never waits behind a tensor's pieces), its sender and its number in that sequence: a receive probes
-// for exactly the message it expects next and, finding a record of another kind, ends the
-// operation (otherKindFrom). A member that gives up sends each peer, on both channels, a hang-up
-// numbered after the last message it sent, so a peer reads every frame sent before it, then
-// the hang-up (endedAfterFrame); waiting for a frame that a hang-up replaced, it raises LinkLost.
+// record never waits behind a tensor's pieces), its sender and its number in that sequence: a
+// receive probes for exactly the message it expects next and, finding a record of another
+// kind, ends the operation (otherKindFrom). A member that gives up sends each peer, on both
+// channels, a hang-up numbered after the last message it sent, so a peer reads every frame sent
+// before it, then the hang-up (endedAfterFrame); waiting for a frame that a hang-up replaced, it
+// raises LinkLost.
 class UcxLinks final : public PeerLinks {
  public:
   // Every member makes it at the same time: publishes its worker's address in `store`, connects
