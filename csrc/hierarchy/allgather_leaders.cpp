@@ -1,5 +1,7 @@
 #include "hierarchy/two_level_forms.hpp"
 
+#include <dummy_collectives/device_collectives.hpp>
+
 namespace dummy_collectives::hierarchy::two_level {
 
 // Hosts of different sizes: every host's inputs gathered inside it, straight into their place
@@ -8,7 +10,7 @@ namespace dummy_collectives::hierarchy::two_level {
 // other hosts' blocks broadcast inside each host. One cross-host step between leaders, where an
 // all-gather over every rank crosses hosts once per rank; and no rank moves its own host's
 // inputs twice (an in-host all-gather, then the whole output broadcast and copied again, lost
-// to gloo).
+// to gloo). Also allgather:device, on any layout: tensors in CUDA memory stay there.
 void allgatherThroughLeaders(
     const Levels& levels, const OpContext& ctx, const at::Tensor& in, at::Tensor& out) {
   debug_log::note("through the leaders");
@@ -18,7 +20,8 @@ void allgatherThroughLeaders(
   const int me = topology.host();
   // Every host's block, host by host: the output itself where ranks are numbered that way.
   const bool inPlace = hostOrderIsRankOrder(topology);
-  at::Tensor all = inPlace ? bytesOf(out) : at::empty({bytes * topology.size()}, at::kByte);
+  at::Tensor all = inPlace ? bytesOf(out)
+                           : at::empty({bytes * topology.size()}, out.options().dtype(at::kByte));
   std::vector<int64_t> blockOffset(H + 1, 0);
   for (int h = 0; h < H; ++h) {
     blockOffset[h + 1] =
@@ -29,6 +32,7 @@ void allgatherThroughLeaders(
   if (levels.host.size() > 1) {
     if (inPlace && mine.data_ptr() == bytePtr(hostBlock) + topology.localRank() * bytes) {
       mine = mine.clone(); // in place (as FSDP calls it): the step reads what it writes
+      waitForDevice(mine); // the step may run on another thread's stream
     }
     levels.host.allgather(ctx, hostBlock, mine, InHostLevel::Step::kFollowing)();
   } else {
@@ -36,6 +40,7 @@ void allgatherThroughLeaders(
   }
   if (levels.leader()) {
     const InterHostEngine& leaders = *levels.rail; // the leaders' rail lists hosts in order
+    waitForDevice(hostBlock); // the links read device memory outside any stream
     leaders.wait(leaders.allgatherBlocks(all, blockOffset, /*alone=*/true), ctx);
   }
   if (levels.host.size() > 1) {
@@ -48,7 +53,16 @@ void allgatherThroughLeaders(
           ctx, all.narrow(0, blockOffset[me + 1], blockOffset[H] - blockOffset[me + 1]), 0)();
     }
   }
-  if (!inPlace) {
+  if (!inPlace && all.is_cuda()) {
+    at::Tensor outBytes = bytesOf(out);
+    int64_t at = 0;
+    for (int h = 0; h < H; ++h) {
+      for (const int rank : topology.ranksOn(h)) {
+        outBytes.narrow(0, rank * bytes, bytes).copy_(all.narrow(0, at, bytes));
+        at += bytes;
+      }
+    }
+  } else if (!inPlace) {
     placeByRank(topology, bytePtr(all), out, bytes);
   }
 }

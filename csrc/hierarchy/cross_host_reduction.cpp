@@ -1,5 +1,7 @@
 #include "hierarchy/cross_host_reduction.hpp"
 
+#include <dummy_collectives/device_collectives.hpp>
+
 namespace dummy_collectives::hierarchy::two_level {
 
 std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, bool anyOrder) {
@@ -60,14 +62,24 @@ void foldPiecesOnLinks(const InterHostEngine& engine, const OpContext& ctx,
       : at::empty({slots}, data.options());
   // Member s's piece `me` (none from this member).
   auto slot = [&](int s) { return received.narrow(0, (s < me ? s : s - 1) * m, m); };
+  waitForDevice(data); // the links read device memory outside any stream
   engine.wait(engine.piecesOnLinks([&](int d) { return bytesOf(piece(d)); },
                                    [&](int s) { return bytesOf(slot(s)); }),
               ctx);
-  std::vector<const void*> srcs;
-  for (int s = 0; s < members; ++s) {
-    srcs.push_back(s == me ? mine.data_ptr() : slot(s).data_ptr());
+  if (data.is_cuda()) {
+    std::vector<at::Tensor> sources;
+    for (int s = 0; s < members; ++s) {
+      sources.push_back(s == me ? mine : slot(s));
+    }
+    foldOnDevice(across, mine, sources);
+    waitForDevice(mine);
+  } else {
+    std::vector<const void*> srcs;
+    for (int s = 0; s < members; ++s) {
+      srcs.push_back(s == me ? mine.data_ptr() : slot(s).data_ptr());
+    }
+    fold(across, mine.data_ptr(), srcs, m);
   }
-  fold(across, mine.data_ptr(), srcs, m);
   engine.wait(engine.piecesOnLinks([&](int) { return bytesOf(mine); },
                                    [&](int s) { return bytesOf(piece(s)); }),
               ctx);

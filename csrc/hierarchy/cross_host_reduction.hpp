@@ -44,7 +44,8 @@ std::optional<c10d::ReduceOp> engineReduction(const ReduceSpec& spec, bool anyOr
 // none needs padding (the last may be short, or empty). Two members fold halves: the swap's
 // bytes with half its fold. How leaders reduce their large chunks (CrossHostReduction) and
 // hosts of one rank their segments (allreduceInSegmentsOnLinks). `scratch`, where large enough,
-// receives the others' pieces (else a fresh tensor does).
+// receives the others' pieces (else a fresh tensor does). `data` in CUDA memory (the device
+// algorithms') moves where it lies and is folded on its device.
 void foldPiecesOnLinks(const InterHostEngine& engine, const OpContext& ctx,
                        const ReduceSpec& across, const at::Tensor& data,
                        const at::Tensor& scratch = {});

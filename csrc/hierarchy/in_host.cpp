@@ -39,6 +39,28 @@ OpDescriptor stepOf(
   return op;
 }
 
+// A step on CUDA tensors (a device algorithm's: two_level_forms.hpp), waited for on this thread
+// before it returns, since the links read that memory next, outside any stream: on the host's
+// device path where it takes them (CUDA IPC), else through host copies of them.
+template <typename OnDevice, typename OnHost>
+void onDevice(ShmLowering& shm, std::vector<at::Tensor> tensors, OnDevice device, OnHost host) {
+  if (DeviceCollectives* path = shm.deviceFor(tensors)) {
+    auto ticket = path->submit(tensors);
+    auto done = DummyWork::completed(shm.rank(), c10d::OpType::UNKNOWN, nullptr, {});
+    path->run(*ticket, *done, [&] { device(*path, shm.transport()); });
+    done->synchronize();
+    return;
+  }
+  std::vector<at::Tensor> copies;
+  for (const at::Tensor& t : tensors) {
+    copies.push_back(t.cpu());
+  }
+  host(copies);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    tensors[i].copy_(copies[i]);
+  }
+}
+
 } // namespace
 
 InHostLevel::InHostLevel(std::shared_ptr<ShmLowering> shm, GroupHealth& health)
@@ -88,7 +110,14 @@ Pending InHostLevel::allgather(
   return post(
       ctx, stepOf(CollectiveKind::kAllgatherBase, input, nullptr, -1), step,
       [output, input](ShmLowering& shm, const OpContext& call) mutable {
-        shm.allgatherInto(call, input, output);
+        if (!output.is_cuda()) {
+          shm.allgatherInto(call, input, output);
+          return;
+        }
+        onDevice(
+            shm, {output, input},
+            [&](DeviceCollectives& d, Transport& t) { d.allgatherBase(t, output, input); },
+            [&](std::vector<at::Tensor>& h) { shm.allgatherInto(call, h[1], h[0]); });
       });
 }
 
@@ -119,7 +148,13 @@ Pending InHostLevel::broadcast(const OpContext& ctx, at::Tensor data, int root) 
   return post(
       ctx, stepOf(CollectiveKind::kBroadcast, data, nullptr, root), Step::kFollowing,
       [data, root](ShmLowering& shm, const OpContext& call) mutable {
-        shm.broadcast(call, data, root);
+        if (!data.is_cuda()) {
+          shm.broadcast(call, data, root);
+          return;
+        }
+        onDevice(
+            shm, {data}, [&](DeviceCollectives& d, Transport& t) { d.broadcast(t, data, root); },
+            [&](std::vector<at::Tensor>& h) { shm.broadcast(call, h[0], root); });
       });
 }
 
@@ -128,7 +163,14 @@ Pending InHostLevel::reduce(
   return post(
       ctx, stepOf(CollectiveKind::kReduce, data, &spec, root), Step::kFollowing,
       [data, root, spec](ShmLowering& shm, const OpContext& call) mutable {
-        shm.reduce(call, data, spec, root);
+        if (!data.is_cuda()) {
+          shm.reduce(call, data, spec, root);
+          return;
+        }
+        // The device path has no reduce: every local rank receives the sum.
+        onDevice(
+            shm, {data}, [&](DeviceCollectives& d, Transport& t) { d.allreduce(t, data, spec); },
+            [&](std::vector<at::Tensor>& h) { shm.reduce(call, h[0], spec, root); });
       });
 }
 

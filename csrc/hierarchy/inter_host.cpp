@@ -30,8 +30,13 @@ at::Tensor copiesOf(const at::Tensor& bytes, int count) {
 
 void copyUnlessSame(const at::Tensor& to, const at::Tensor& from) {
   const size_t bytes = static_cast<size_t>(from.numel()) * from.element_size();
-  if (bytes > 0 && to.data_ptr() != from.data_ptr()) {
+  if (bytes == 0 || to.data_ptr() == from.data_ptr()) {
+    return;
+  }
+  if (to.is_cpu() && from.is_cpu()) {
     std::memcpy(to.data_ptr(), from.data_ptr(), bytes);
+  } else {
+    to.copy_(from); // on the current stream
   }
 }
 

@@ -212,7 +212,8 @@ at::Tensor bytesOf(const at::Tensor& tensor);
 // `count` copies of contiguous uint8 `bytes`, one after another, copied on this thread.
 at::Tensor copiesOf(const at::Tensor& bytes, int count);
 // Copies contiguous `from` into `to` (as many bytes), unless they are the same memory (an
-// in-place call: a rank's input is its own part of the output). memcpy, as copiesOf.
+// in-place call: a rank's input is its own part of the output). memcpy, as copiesOf, for host
+// memory; device memory's copy is queued on the current stream.
 void copyUnlessSame(const at::Tensor& to, const at::Tensor& from);
 
 } // namespace dummy_collectives::hierarchy

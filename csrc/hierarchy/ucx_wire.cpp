@@ -42,6 +42,15 @@ bool UcxLinks::Request::test() {
 namespace ucx_wire {
 namespace {
 
+// Tells UCX where a request's memory lies: a CUDA tensor's, which UCX then moves where it is
+// (no detection of each pointer); host memory otherwise.
+void setMemoryType(ucp_request_param_t& params, const at::Tensor& keep) {
+  if (keep.defined() && keep.is_cuda()) {
+    params.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    params.memory_type = UCS_MEMORY_TYPE_CUDA;
+  }
+}
+
 // Posts a receive through `receive(params)`, UCX's call with the buffer and what to match bound;
 // a receive that completes at once reports its tag and length through the parameters.
 template <typename Receive>
@@ -51,6 +60,7 @@ void postReceiveWith(UcxLinks::Request& request, const Receive& receive) {
   params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO;
   params.datatype = ucp_dt_make_contig(1);
   params.recv_info.tag_info = &info;
+  setMemoryType(params, request.keep);
   const ucs_status_ptr_t result = receive(&params);
   request.receive = true;
   request.posted(result, info);
@@ -78,6 +88,7 @@ void postSend(UcxLinks::Request& request, ucp_ep_h ep, const void* data, size_t 
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
   params.datatype = ucp_dt_make_contig(1);
+  setMemoryType(params, request.keep);
   request.receive = false;
   request.posted(ucx::api().ucp_tag_send_nbx(ep, data, length, tag, &params),
                  ucp_tag_recv_info_t{tag, length});

@@ -12,7 +12,8 @@
 
 namespace dummy_collectives::hierarchy {
 
-// A posted send or receive. `keep` holds the memory UCX reads or writes until it is done.
+// A posted send or receive. `keep` holds the memory UCX reads or writes until it is done; set
+// before posting, it also tells UCX which memory that is (host or CUDA).
 struct UcxLinks::Request {
   ucs_status_ptr_t handle = nullptr;
   at::Tensor keep;

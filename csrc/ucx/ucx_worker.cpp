@@ -93,6 +93,13 @@ ucp_context_h context(const std::string& hostAddress) {
   return made;
 }
 
+bool movesCudaMemory(const std::string& hostAddress) {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  check(api().ucp_context_query(context(hostAddress), &attr), "ucp_context_query");
+  return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
 Worker::Worker(const std::string& hostAddress) {
   const Api& ucp = api();
   ucp_worker_params_t params{};

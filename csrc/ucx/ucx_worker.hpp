@@ -74,4 +74,9 @@ class Worker {
 // refused to start.
 ucp_context_h context(const std::string& hostAddress);
 
+// Whether the process's context moves CUDA memory (UCX was built with CUDA and found a driver):
+// then a tensor in CUDA memory is sent and received where it lies, UCX choosing how (GPUDirect
+// RDMA where the network has it, else through host buffers of its own).
+bool movesCudaMemory(const std::string& hostAddress);
+
 } // namespace dummy_collectives::ucx

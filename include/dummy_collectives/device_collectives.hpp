@@ -60,6 +60,20 @@ class DeviceCollectives {
       const ReduceSpec& spec) = 0;
 };
 
+// Sources foldOnDevice takes at most (a kernel's arguments hold their addresses).
+constexpr int kMaxDeviceFoldSources = 16;
+
+// Queues on `out`'s device's current stream: out = sources[0] op ... op sources[n-1], in that
+// order, with the host kernels' arithmetic (so a result folded on any rank is the same bits),
+// then AVG's division or PREMUL_SUM's factor as `spec` says. `out` may be one of the sources.
+// CUDA builds only (csrc/cuda/device_fold.cpp): elsewhere no device tensor exists to fold.
+void foldOnDevice(const ReduceSpec& spec, const at::Tensor& out,
+                  const std::vector<at::Tensor>& sources);
+
+// Blocks until what is queued on the current stream of `t`'s device has run; nothing for host
+// tensors. For memory a network engine reads or writes next, outside any stream.
+void waitForDevice(const at::Tensor& t);
+
 // The CUDA IPC implementation in CUDA builds (csrc/cuda/cuda_collectives.cpp); null otherwise.
 std::shared_ptr<DeviceCollectives> makeDeviceCollectives(
     const c10::intrusive_ptr<c10d::Store>& store,
