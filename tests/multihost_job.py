@@ -362,7 +362,8 @@ def _values(rank: int, n: int, device: torch.device) -> torch.Tensor:
 
 def cuda(out_dir: str) -> Result:
     """Collectives on CUDA tensors across hosts (every rank on cuda:0, the GPU they share):
-    each host's ranks over the CUDA path, hosts through the cross-host engine, staged."""
+    each host's ranks over the CUDA path; between hosts in CUDA memory where every host's UCX
+    moves it (the path is reported), else staged through host memory."""
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -400,7 +401,13 @@ def cuda(out_dir: str) -> Result:
             if rank == 0:
                 check(f"reduce n={n}", t, total)
     torch.cuda.synchronize()
-    return {"wrong": wrong, "device": torch.cuda.get_device_name(device)}
+    result: Result = {"wrong": wrong, "device": torch.cuda.get_device_name(device)}
+    if is_dummy:
+        backend = dist.distributed_c10d._get_default_group()._get_backend(device)
+        result["cuda_path"] = next(
+            line for line in backend.algorithms if line.startswith("CUDA tensors:")
+        )
+    return result
 
 
 def _marker(out_dir: str, name: str) -> Path:

@@ -31,7 +31,8 @@ LAYOUTS = {"2x1": [0, 1], "3x1": [0, 1, 2], "2x2": [0, 0, 1, 1], "3+1": [0, 0, 0
 # loads), or gloo for everything.
 ENGINES = ["ucx", "gloo"]
 # Algorithms that need the leaders' links.
-NEED_LINKS = {"allreduce:segments", "broadcast:chain"}
+NEED_LINKS = {"allreduce:segments", "broadcast:chain", "allreduce:device", "broadcast:device",
+              "allgather:device"}  # fmt: skip
 
 # Where each algorithm applies (csrc/hierarchy/algorithm_table.cpp, whyNot).
 ONE_RANK_PER_HOST = {"2x1", "3x1"}
@@ -52,6 +53,11 @@ APPLIES = {
     "allgather:swap": ONE_RANK_PER_HOST,
     "allgather:rails": UNIFORM_SEVERAL,
     "allgather:leaders": SEVERAL,
+    # The path of CUDA tensors (in CUDA memory, folded on the device), forced on host tensors:
+    # the same steps, testable without a GPU.
+    "allreduce:device": set(LAYOUTS),
+    "broadcast:device": set(LAYOUTS),
+    "allgather:device": set(LAYOUTS),
 }
 CASES = [(name, layout, engine) for name, layouts in APPLIES.items() for layout in LAYOUTS
          for engine in ENGINES

@@ -167,14 +167,17 @@ const std::vector<AlgorithmName>& algorithmNames() {
       {Algorithm::kAllreduceRing, Collective::kAllreduce, "ring"},
       {Algorithm::kAllreduceRails, Collective::kAllreduce, "rails"},
       {Algorithm::kAllreduceLeaders, Collective::kAllreduce, "leaders"},
+      {Algorithm::kAllreduceDevice, Collective::kAllreduce, "device"},
       {Algorithm::kBroadcastRecord, Collective::kBroadcast, "record"},
       {Algorithm::kBroadcastChain, Collective::kBroadcast, "chain"},
       {Algorithm::kBroadcastEngine, Collective::kBroadcast, "engine"},
       {Algorithm::kBroadcastPipeline, Collective::kBroadcast, "pipeline"},
+      {Algorithm::kBroadcastDevice, Collective::kBroadcast, "device"},
       {Algorithm::kAllgatherRecords, Collective::kAllgather, "records"},
       {Algorithm::kAllgatherSwap, Collective::kAllgather, "swap"},
       {Algorithm::kAllgatherRails, Collective::kAllgather, "rails"},
       {Algorithm::kAllgatherLeaders, Collective::kAllgather, "leaders"},
+      {Algorithm::kAllgatherDevice, Collective::kAllgather, "device"},
   };
   return names;
 }

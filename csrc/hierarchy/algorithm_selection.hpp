@@ -19,14 +19,17 @@ enum class Algorithm {
   kAllreduceRing,
   kAllreduceRails,
   kAllreduceLeaders,
+  kAllreduceDevice,
   kBroadcastRecord,
   kBroadcastChain,
   kBroadcastEngine,
   kBroadcastPipeline,
+  kBroadcastDevice,
   kAllgatherRecords,
   kAllgatherSwap,
   kAllgatherRails,
   kAllgatherLeaders,
+  kAllgatherDevice,
 };
 
 struct AlgorithmName {

@@ -54,6 +54,10 @@ std::string AlgorithmTable::whyNot(Algorithm algorithm, const GroupLayout& layou
     case Algorithm::kBroadcastRecord:
     case Algorithm::kAllgatherRecords:
       return "";
+    case Algorithm::kAllreduceDevice:
+    case Algorithm::kBroadcastDevice:
+    case Algorithm::kAllgatherDevice:
+      return layout.links ? "" : "it needs the leaders' links (inter_host_links)";
     case Algorithm::kAllreduceSegments:
     case Algorithm::kBroadcastChain:
       if (!layout.oneRankPerHost) {

@@ -13,7 +13,7 @@ void allgatherData(
   at::Tensor out = output.view(-1);
   const Algorithm algorithm = levels.algorithms.chooseBeyondRecords(
       Collective::kAllgather, static_cast<size_t>(out.numel()) * out.element_size());
-  if (algorithm == Algorithm::kAllgatherLeaders) {
+  if (algorithm == Algorithm::kAllgatherLeaders || algorithm == Algorithm::kAllgatherDevice) {
     allgatherThroughLeaders(levels, ctx, in, out);
     return;
   }

@@ -27,6 +27,12 @@ void allreduceData(
     allreduceThroughLeaders(levels, ctx, flat, spec);
     return;
   }
+  if (algorithm == Algorithm::kAllreduceDevice) {
+    if (flat.numel() > 0) {
+      allreduceOnDeviceData(levels, ctx, flat, spec);
+    }
+    return;
+  }
   allreduceOneRankPerHost(levels, ctx, flat, spec, algorithm);
 }
 

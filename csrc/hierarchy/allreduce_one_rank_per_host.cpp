@@ -16,6 +16,8 @@ namespace {
 constexpr int64_t kTwoHostsSegmentBytes = int64_t{4} << 20;
 constexpr int64_t kHostsSegmentBytes = int64_t{2} << 20;
 
+} // namespace
+
 // One rank per host, on the leaders' links, segment by segment: each segment's pieces are
 // folded where they are kept and sent back (foldPiecesOnLinks). A ring's bytes, without gloo's
 // thread hand-offs, each host folding its piece of the message, the same bits on every rank for
@@ -25,7 +27,6 @@ constexpr int64_t kHostsSegmentBytes = int64_t{2} << 20;
 // (docs/benchmarks.md, "Three hosts of one rank: pieces on the links").
 void allreduceInSegmentsOnLinks(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
-  debug_log::note("one rank per host, in segments on the links");
   const InterHostEngine& rail = *levels.rail;
   const ReduceSpec across = crossSpec(spec);
   const int64_t line = lineElements(flat.element_size());
@@ -40,8 +41,6 @@ void allreduceInSegmentsOnLinks(
                       flat.narrow(0, begin, std::min(segment, flat.numel() - begin)), scratch);
   }
 }
-
-} // namespace
 
 // One rank per host: the cross-host reduction of the whole message, PREMUL_SUM's factor applied
 // first as the in-host stage would: allreduce:segments on the links (above), or in one
@@ -58,6 +57,7 @@ void allreduceOneRankPerHost(
     flat.mul_(spec.factor);
   }
   if (algorithm == Algorithm::kAllreduceSegments) {
+    debug_log::note("one rank per host, in segments on the links");
     allreduceInSegmentsOnLinks(levels, ctx, flat, spec);
     return;
   }

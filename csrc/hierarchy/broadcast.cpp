@@ -82,22 +82,25 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
   }
   debug_log::note("one way, the root's record, then the data");
   const OneWayAgreement agreed = agreeOneWay(levels, ctx, {}, root);
-  if (levels.oneRankPerHost()) {
-    // The whole message in one engine operation: no in-host stage to overlap. The root's
-    // record first: on the leaders' links one operation is in flight at a time.
-    InterHostEngine& rail = *levels.rail;
-    if (agreed.announced) {
-      rail.wait(agreed.announced, ctx);
+  // The root's record first: on the leaders' links one operation is in flight at a time.
+  if (agreed.announced) {
+    levels.rail->wait(agreed.announced, ctx);
+  }
+  if (algorithm == Algorithm::kBroadcastDevice) {
+    if (bytes > 0) {
+      broadcastOnDeviceData(levels, ctx, flat, root);
     }
+    return;
+  }
+  if (levels.oneRankPerHost()) {
+    // The whole message in one engine operation: no in-host stage to overlap.
+    InterHostEngine& rail = *levels.rail;
     if (algorithm == Algorithm::kBroadcastChain) {
       broadcastAlongChain(rail, ctx, flat, rootHost);
       return;
     }
     rail.wait(rail.broadcast(flat, rootHost), ctx);
     return;
-  }
-  if (agreed.announced) {
-    levels.rail->wait(agreed.announced, ctx);
   }
   broadcastPipelined(levels, ctx, flat, root);
 }

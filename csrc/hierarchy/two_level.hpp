@@ -82,6 +82,19 @@ void reduceScatterData(
 
 void barrier(const Levels& levels, const OpContext& ctx);
 
+// allreduce:device, broadcast:device and allgather:device (on_device.cpp), whatever the table
+// says: each tensor stays in the memory it lives in, host or CUDA. Inside a host the steps take
+// the host's device path (CUDA IPC); between hosts the leaders' links move that memory where it
+// lies (UCX moves CUDA memory itself: GPUDirect RDMA where the network has it, else through
+// buffers of its own) and the device folds it. The path of CUDA tensors on a group whose every
+// host's UCX moves CUDA memory (TwoLevelLowering::deviceFor); host tensors take it only where
+// DUMMY_COLLECTIVES_ALGO asks, which tests that path where no GPU is. Contiguous tensors.
+void allreduceOnDevice(
+    const Levels& levels, const OpContext& ctx, at::Tensor& data, const ReduceSpec& spec);
+void broadcastOnDevice(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root);
+void allgatherOnDevice(
+    const Levels& levels, const OpContext& ctx, const at::Tensor& input, at::Tensor& output);
+
 // Through the engine over every rank, after the agreement (no two-level form pays for these).
 // On root, outputs[r] receives rank r's input; elsewhere outputs is empty.
 void gather(

@@ -30,6 +30,18 @@ void allreduceOneRankPerHost(
     const ReduceSpec& spec,
     Algorithm algorithm);
 
+// The leaders' links fold `flat` (the hosts' sums, on the leaders) across hosts in segments,
+// every leader receiving the whole result: allreduce:segments' cross-host stage
+// (allreduce_one_rank_per_host.cpp), also allreduce:device's. PREMUL_SUM's factor is applied.
+void allreduceInSegmentsOnLinks(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec);
+
+// The device algorithms (on_device.cpp), after the agreement: allreduce:device and
+// broadcast:device; allgather:device is allgatherThroughLeaders on any layout.
+void allreduceOnDeviceData(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec);
+void broadcastOnDeviceData(const Levels& levels, const OpContext& ctx, at::Tensor& flat, int root);
+
 // broadcast:pipeline (broadcast_pipeline.cpp), once the root's record was checked; `flat`: the
 // data's bytes.
 void broadcastPipelined(const Levels& levels, const OpContext& ctx, at::Tensor& flat, int root);

@@ -8,6 +8,7 @@
 #include <c10/util/StringUtil.h>
 
 #include <dummy_collectives/debug_log.hpp>
+#include "hierarchy/cross_host_device.hpp"
 #include "hierarchy/link_probe.hpp"
 #include "hierarchy/two_level.hpp"
 #include "shm/shm_lowering.hpp"
@@ -32,7 +33,7 @@ void TwoLevelLowering::logCreation(int me) const {
                  "the cross-host stage, this rank ",
                  topology_.localRank() == 0 ? "among them)" : "not)");
   DC_LOG(kInfo, me, "cross-host engine gloo (inter_host ", options_->interHost, ") over ", between,
-         "; CUDA tensors cross hosts staged through host memory");
+         "; CUDA tensors cross hosts ", device_->describe());
   const size_t inlined = levels_->settings.inlineBytes;
   DC_LOG(kInfo, me, "cross-host plan: up to ", bytes(inlined),
          inlined == options_->interHostInlineBytes

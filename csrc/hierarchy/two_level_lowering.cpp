@@ -17,6 +17,7 @@
 #include <dummy_collectives/debug_log.hpp>
 #include <dummy_collectives/flight_recorder.hpp>
 #include "hierarchy/agreement.hpp"
+#include "hierarchy/cross_host_device.hpp"
 #include "hierarchy/cross_host_p2p.hpp"
 #include "hierarchy/in_host.hpp"
 #include "hierarchy/links_choice.hpp"
@@ -251,6 +252,12 @@ TwoLevelLowering::TwoLevelLowering(
   levels_ = std::unique_ptr<Levels>(new Levels{topology_, *host_, rail_.get(), *everyone_,
                                                *health_, settings,
                                                AlgorithmTable(layout, settings, options_->algo)});
+  device_ = std::make_unique<CrossHostDevice>(
+      *levels_, store, topology_.addresses().at(topology_.host()),
+      !linksBetweenHosts() ? "no links between hosts: inter_host gloo, or UCX does not load"
+          : topology_.hostCount() > kMaxDeviceFoldSources
+          ? c10::str("more than ", kMaxDeviceFoldSources, " hosts for one fold")
+          : "");
   levels_->lastRecordSentNs = creationBeganNs;
   levels_->lastExchangeDoneNs = arrivalClockNs();
   fault_ = fault_injection::fromEnv(); // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
@@ -283,7 +290,9 @@ std::vector<std::vector<int>> TwoLevelLowering::hosts() const {
 }
 
 std::vector<std::string> TwoLevelLowering::algorithms() const {
-  return levels_->algorithms.describe();
+  std::vector<std::string> lines = levels_->algorithms.describe();
+  lines.push_back("CUDA tensors: " + device_->describe());
+  return lines;
 }
 
 std::string TwoLevelLowering::peerAccess() const {
@@ -352,6 +361,24 @@ void TwoLevelLowering::run(OpContext& call, const std::function<void()>& collect
   if (call.arrival != nullptr && call.arrival->known()) {
     waits_->add(call.arrival->lastRank, call.arrival->waitedNs);
   }
+}
+
+DeviceCollectives* TwoLevelLowering::deviceFor(const std::vector<at::Tensor>& tensors) {
+  const bool takes = !tensors.empty() && tensors[0].is_cuda() && device_->accepts(tensors) &&
+      device_->groupTakes();
+  return takes ? device_.get() : nullptr;
+}
+
+void TwoLevelLowering::runOnDevice(
+    OpContext& call,
+    DeviceCollectives::Ticket& ticket,
+    DummyWork& work,
+    const std::function<void(DeviceCollectives&, Transport&)>& body) {
+  run(call, [&] {
+    device_->setCall(&call);
+    device_->run(ticket, work, [&] { body(*device_, hostShm_->transport()); });
+    device_->setCall(nullptr);
+  });
 }
 
 void TwoLevelLowering::allreduce(

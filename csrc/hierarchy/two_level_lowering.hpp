@@ -17,6 +17,7 @@
 
 namespace dummy_collectives::hierarchy {
 
+class CrossHostDevice;
 class CrossHostP2P;
 
 // The lowering of a group whose ranks live on several hosts: each collective is a two-level
@@ -69,6 +70,15 @@ class TwoLevelLowering final : public Lowering {
 
   DC_LOWERING_COLLECTIVES(DC_LOWERING_OVERRIDE)
 
+  // CUDA tensors stay in CUDA memory where every host's UCX moves it (cross_host_device.hpp);
+  // else they are staged through host memory.
+  DeviceCollectives* deviceFor(const std::vector<at::Tensor>& tensors) override;
+  void runOnDevice(
+      OpContext& call,
+      DeviceCollectives::Ticket& ticket,
+      DummyWork& work,
+      const std::function<void(DeviceCollectives&, Transport&)>& body) override;
+
   c10::intrusive_ptr<c10d::Work> send(
       std::vector<at::Tensor>& tensors, const PointToPoint& p2p) override;
   c10::intrusive_ptr<c10d::Work> recv(
@@ -100,6 +110,7 @@ class TwoLevelLowering final : public Lowering {
   std::unique_ptr<CrossHostP2P> p2p_; // send/recv across hosts, over everyone_
   std::unique_ptr<Levels> levels_;
   std::unique_ptr<WaitLedger> waits_;
+  std::unique_ptr<CrossHostDevice> device_;
   std::optional<fault_injection::Fault> fault_; // DUMMY_COLLECTIVES_FAULT_INJECT (tests)
 };
 

@@ -1,0 +1,93 @@
+// The device algorithms (two_level.hpp): allreduce:device, broadcast:device, allgather:device.
+// Every step is waited for before the next reads what it wrote, since the links move the
+// memory outside any stream: in-host steps return complete (in_host.hpp), and what this thread
+// queues on the device is waited for before the links or an in-host step (which may run on
+// another thread, another stream) read it (waitForDevice).
+#include "hierarchy/two_level_forms.hpp"
+
+#include <dummy_collectives/device_collectives.hpp>
+
+#include "hierarchy/two_level.hpp"
+
+namespace dummy_collectives::hierarchy::two_level {
+
+// Reduce to each host's leader, fold across hosts on the leaders' links in segments, broadcast
+// inside each host. The leaders' form on every layout: in-host steps on the host's device path
+// hand a whole tensor over at once, so there is no pipeline of chunks to overlap.
+void allreduceOnDeviceData(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
+  debug_log::note("where the tensor lives, through the leaders");
+  // An in-host step may run on another thread, whose stream orders nothing this one queued.
+  waitForDevice(flat);
+  const bool hostOfOne = levels.host.size() == 1;
+  if (hostOfOne && spec.premul) {
+    flat.mul_(spec.factor); // what the in-host step applies on hosts of several ranks
+  } else if (!hostOfOne) {
+    levels.host.reduce(ctx, flat, 0, hostSpec(spec))();
+  }
+  if (levels.leader()) {
+    waitForDevice(flat);
+    allreduceInSegmentsOnLinks(levels, ctx, flat, spec);
+  }
+  if (!hostOfOne) {
+    levels.host.broadcast(ctx, flat, 0)();
+  }
+}
+
+// The root's host shares the data inside it; its leader passes it along a chain of the hosts'
+// leaders on the links, each passing it on as it lands; every other host's leader shares it
+// inside its host.
+void broadcastOnDeviceData(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, int root) {
+  debug_log::note("where the tensor lives, along a chain of the leaders");
+  waitForDevice(flat);
+  const Topology& topology = levels.topology;
+  const int rootHost = topology.hostOf(root);
+  const bool onRootHost = topology.host() == rootHost;
+  if (onRootHost && levels.host.size() > 1) {
+    levels.host.broadcast(ctx, flat, topology.localRankOf(root))();
+  }
+  if (levels.leader()) {
+    const InterHostEngine& leaders = *levels.rail; // the leaders' rail lists hosts in order
+    const int H = leaders.size();
+    const int place = (leaders.rank() - rootHost + H) % H;
+    const int prev = place > 0 ? (leaders.rank() - 1 + H) % H : -1;
+    const int next = place < H - 1 ? (leaders.rank() + 1) % H : -1;
+    waitForDevice(flat);
+    leaders.wait(leaders.relayOnLinks(prev, next, flat), ctx);
+  }
+  if (!onRootHost && levels.host.size() > 1) {
+    levels.host.broadcast(ctx, flat, 0)();
+  }
+}
+
+void allreduceOnDevice(
+    const Levels& levels, const OpContext& ctx, at::Tensor& data, const ReduceSpec& spec) {
+  agree(levels, ctx);
+  at::Tensor flat = data.view(-1);
+  if (flat.numel() > 0) { // every rank's size was agreed
+    allreduceOnDeviceData(levels, ctx, flat, spec);
+  }
+}
+
+void broadcastOnDevice(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
+  const OneWayAgreement agreed = agreeOneWay(levels, ctx, {}, root);
+  if (agreed.announced) {
+    levels.rail->wait(agreed.announced, ctx);
+  }
+  at::Tensor flat = bytesOf(data);
+  if (flat.numel() > 0) {
+    broadcastOnDeviceData(levels, ctx, flat, root);
+  }
+}
+
+void allgatherOnDevice(
+    const Levels& levels, const OpContext& ctx, const at::Tensor& input, at::Tensor& output) {
+  agree(levels, ctx);
+  at::Tensor out = output.view(-1);
+  if (out.numel() > 0) {
+    allgatherThroughLeaders(levels, ctx, input.reshape(-1), out);
+  }
+}
+
+} // namespace dummy_collectives::hierarchy::two_level
