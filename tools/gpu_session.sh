@@ -2,7 +2,9 @@
 # On the GPU machine: build, then CUDA tests, CUDA benchmark or the CPU benchmark. Logs go to
 # $OUT (or ./gpu_out).
 # Usage: tools/gpu_session.sh [STAGE[,STAGE...]|cuda|all] [pytest -k expression, default cuda]
-#   test      the CUDA tests, the one across namespaced hosts included (about 4 minutes at most)
+#   test      the CUDA tests, those across namespaced hosts included (CUDA memory through UCX:
+#             carry .iproute and .libucx, tools/carry_iproute.sh and tools/carry_libucx.sh;
+#             about 4 minutes at most)
 #   bench     the CUDA benchmark: --device cuda --world-sizes 1,2,4 (about 3 minutes at most)
 #   kernel    tools/fold_kernel_bench.cu: shapes of the shared-GPU fold against the copy bound
 #   hosts     the benchmark across 4 namespaced hosts x 4 ranks, unshaped then 1 Gbit/s links
@@ -31,6 +33,9 @@ python3 -m pip install --no-build-isolation --no-deps -q -e . >/tmp/build.log 2>
 echo "build: ${SECONDS}s"
 # Namespaced hosts need ip and tc, which the image lacks: carried (tools/carry_iproute.sh).
 if ! command -v ip >/dev/null && [[ -d .iproute ]]; then source tools/carry_iproute.sh; fi
+# CUDA tensors across hosts stay in CUDA memory only where UCX loads with its CUDA modules: the
+# libucx wheel's, carried (tools/carry_libucx.sh) where the image has none.
+if ! python3 -c 'import libucx' 2>/dev/null; then source tools/carry_libucx.sh; fi
 if wants kernel; then
   SECONDS=0
   nvcc -O3 -std=c++17 -arch=sm_90 tools/fold_kernel_bench.cu -o /tmp/fold_kernel_bench &&
