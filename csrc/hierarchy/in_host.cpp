@@ -139,8 +139,19 @@ Pending InHostLevel::reduceScatter(
   return post(
       ctx, stepOf(CollectiveKind::kReduceScatterBase, input, &spec, -1), Step::kFollowing,
       [output, input, spec](ShmLowering& shm, const OpContext& call) mutable {
-        std::vector<at::Tensor> outputs{output};
-        shm.reduceScatterTensors(call, {input}, outputs, {spec});
+        auto onHost = [&](std::vector<at::Tensor>& h) {
+          std::vector<at::Tensor> outputs{h[0]};
+          shm.reduceScatterTensors(call, {h[1]}, outputs, {spec});
+        };
+        if (!output.is_cuda()) {
+          std::vector<at::Tensor> both{output, input};
+          onHost(both);
+          return;
+        }
+        onDevice(
+            shm, {output, input},
+            [&](DeviceCollectives& d, Transport& t) { d.reduceScatterBase(t, output, input, spec); },
+            onHost);
       });
 }
 

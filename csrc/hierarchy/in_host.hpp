@@ -22,8 +22,9 @@ namespace dummy_collectives::hierarchy {
 // (pipeline.hpp); a waiting thread runs the queued steps itself (Engine), so a step waited for
 // at once costs no hand-off. Every step follows an agreement (agreement.hpp) or is the
 // agreement's own first one, so a failure here is the group's: the wait fails the group.
-// Steps on CUDA tensors (reduce, broadcast and the flat all-gather: the device algorithms')
-// take the host's device path and are complete on the device when their wait returns.
+// Steps on CUDA tensors (reduce, reduce-scatter, broadcast and the flat all-gather: the device
+// algorithms') take the host's device path and are complete on the device when their wait
+// returns.
 class InHostLevel {
  public:
   InHostLevel(std::shared_ptr<ShmLowering> shm, GroupHealth& health);

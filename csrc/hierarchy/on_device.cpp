@@ -11,14 +11,38 @@
 
 namespace dummy_collectives::hierarchy::two_level {
 
+namespace {
+
+// Hosts of as many ranks, several each: reduce-scatter inside each host (local rank k keeps
+// part k), every rail folds its part across hosts on its own links, all-gather inside each
+// host. Each rank's link carries 1/L of the message, as NCCL's rings spread a host's traffic
+// over its NICs. Whole tensors, no pipeline: in-host steps on the device path hand a whole
+// tensor over at once.
+void allreduceOnRailsOnDevice(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
+  debug_log::note("where the tensor lives, on the rails");
+  const int L = levels.host.size();
+  const int64_t part = roundUp(ceilDiv(flat.numel(), L), lineElements(flat.element_size()));
+  at::Tensor work = flat;
+  if (part * L != flat.numel()) {
+    work = at::zeros({part * L}, flat.options());
+    work.narrow(0, 0, flat.numel()).copy_(flat);
+  }
+  at::Tensor shard = at::empty({part}, flat.options());
+  waitForDevice(work);
+  levels.host.reduceScatter(ctx, shard, work, hostSpec(spec))();
+  allreduceInSegmentsOnLinks(levels, ctx, shard, spec); // on this rank's rail
+  levels.host.allgather(ctx, work, shard, InHostLevel::Step::kFollowing)();
+  if (!work.is_same(flat)) {
+    flat.copy_(work.narrow(0, 0, flat.numel()));
+  }
+}
+
 // Reduce to each host's leader, fold across hosts on the leaders' links in segments, broadcast
-// inside each host. The leaders' form on every layout: in-host steps on the host's device path
-// hand a whole tensor over at once, so there is no pipeline of chunks to overlap.
-void allreduceOnDeviceData(
+// inside each host.
+void allreduceThroughLeadersOnDevice(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
   debug_log::note("where the tensor lives, through the leaders");
-  // An in-host step may run on another thread, whose stream orders nothing this one queued.
-  waitForDevice(flat);
   const bool hostOfOne = levels.host.size() == 1;
   if (hostOfOne && spec.premul) {
     flat.mul_(spec.factor); // what the in-host step applies on hosts of several ranks
@@ -31,6 +55,19 @@ void allreduceOnDeviceData(
   }
   if (!hostOfOne) {
     levels.host.broadcast(ctx, flat, 0)();
+  }
+}
+
+} // namespace
+
+void allreduceOnDeviceData(
+    const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
+  // An in-host step may run on another thread, whose stream orders nothing this one queued.
+  waitForDevice(flat);
+  if (levels.topology.uniform() && levels.host.size() > 1) {
+    allreduceOnRailsOnDevice(levels, ctx, flat, spec);
+  } else {
+    allreduceThroughLeadersOnDevice(levels, ctx, flat, spec);
   }
 }
 

@@ -30,9 +30,9 @@ void allreduceOneRankPerHost(
     const ReduceSpec& spec,
     Algorithm algorithm);
 
-// The leaders' links fold `flat` (the hosts' sums, on the leaders) across hosts in segments,
-// every leader receiving the whole result: allreduce:segments' cross-host stage
-// (allreduce_one_rank_per_host.cpp), also allreduce:device's. PREMUL_SUM's factor is applied.
+// This rank's rail folds `flat` across hosts on its links in segments, every member receiving
+// the whole result: allreduce:segments' cross-host stage (allreduce_one_rank_per_host.cpp),
+// also allreduce:device's. PREMUL_SUM's factor is not applied (the caller applied it).
 void allreduceInSegmentsOnLinks(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec);
 
