@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from typing import Any
 
 import harness
@@ -66,6 +67,14 @@ def collectives_on_a_made_group(hosts: int, wrap: bool) -> dict[str, Any]:
         "broadcast": root.tolist(),
         "gathered": [t.tolist() for t in gathered],
     }
+    # Every rank is past its last collective before one aborts: an abort fails the group on
+    # every rank still inside one (through the store), as it should.
+    store.add("finished", 1)
+    while store.add("finished", 0) < size:
+        time.sleep(0.01)
+    store.add("seen", 1)
+    while rank == 0 and store.add("seen", 0) < size:  # rank 0 serves the store: keep it up
+        time.sleep(0.01)
     group.abort() if wrap else group.shutdown()
     return result
 
