@@ -53,17 +53,8 @@ void allgatherThroughLeaders(
           ctx, all.narrow(0, blockOffset[me + 1], blockOffset[H] - blockOffset[me + 1]), 0)();
     }
   }
-  if (!inPlace && all.is_cuda()) {
-    at::Tensor outBytes = bytesOf(out);
-    int64_t at = 0;
-    for (int h = 0; h < H; ++h) {
-      for (const int rank : topology.ranksOn(h)) {
-        outBytes.narrow(0, rank * bytes, bytes).copy_(all.narrow(0, at, bytes));
-        at += bytes;
-      }
-    }
-  } else if (!inPlace) {
-    placeByRank(topology, bytePtr(all), out, bytes);
+  if (!inPlace) {
+    placeByRank(topology, all, out, bytes);
   }
 }
 

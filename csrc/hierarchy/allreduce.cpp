@@ -28,9 +28,7 @@ void allreduceData(
     return;
   }
   if (algorithm == Algorithm::kAllreduceDevice) {
-    if (flat.numel() > 0) {
-      allreduceOnDeviceData(levels, ctx, flat, spec);
-    }
+    allreduceOnDeviceData(levels, ctx, flat, spec);
     return;
   }
   allreduceOneRankPerHost(levels, ctx, flat, spec, algorithm);

@@ -4,23 +4,18 @@
 
 namespace dummy_collectives::hierarchy::two_level {
 
-namespace {
-
 // broadcast:chain: hosts of one rank on the leaders' links pass the message along a chain of the
 // hosts from the root's, every host passing it on as it arrives: the root sends it once, where a
 // broadcast from the root sends it to every other host (gloo's too). One operation on the links a
 // host: bytes go on as they land, with no chunk to wait for.
 void broadcastAlongChain(
     const InterHostEngine& rail, const OpContext& ctx, at::Tensor& flat, int rootHost) {
-  debug_log::note("one rank per host, along a chain of the hosts");
   const int H = rail.size();
   const int place = (rail.rank() - rootHost + H) % H; // this host's place in the chain
   const int prev = place > 0 ? (rail.rank() - 1 + H) % H : -1;
   const int next = place < H - 1 ? (rail.rank() + 1) % H : -1;
   rail.wait(rail.relayOnLinks(prev, next, flat), ctx);
 }
-
-} // namespace
 
 void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
   const Topology& topology = levels.topology;
@@ -87,15 +82,14 @@ void broadcast(const Levels& levels, const OpContext& ctx, at::Tensor& data, int
     levels.rail->wait(agreed.announced, ctx);
   }
   if (algorithm == Algorithm::kBroadcastDevice) {
-    if (bytes > 0) {
-      broadcastOnDeviceData(levels, ctx, flat, root);
-    }
+    broadcastOnDeviceData(levels, ctx, flat, root);
     return;
   }
   if (levels.oneRankPerHost()) {
     // The whole message in one engine operation: no in-host stage to overlap.
     InterHostEngine& rail = *levels.rail;
     if (algorithm == Algorithm::kBroadcastChain) {
+      debug_log::note("one rank per host, along a chain of the hosts");
       broadcastAlongChain(rail, ctx, flat, rootHost);
       return;
     }

@@ -39,11 +39,17 @@ OpDescriptor stepOf(
   return op;
 }
 
-// A step on CUDA tensors (a device algorithm's: two_level_forms.hpp), waited for on this thread
-// before it returns, since the links read that memory next, outside any stream: on the host's
-// device path where it takes them (CUDA IPC), else through host copies of them.
+// A step where its tensors live: `host(tensors)` on host tensors. On CUDA tensors (a device
+// algorithm's: two_level_forms.hpp) `device` on the host's device path where it takes them
+// (CUDA IPC), else `host` on host copies of them; either waited for on this thread before it
+// returns, since the links read that memory next, outside any stream.
 template <typename OnDevice, typename OnHost>
-void onDevice(ShmLowering& shm, std::vector<at::Tensor> tensors, OnDevice device, OnHost host) {
+void whereTheyLive(ShmLowering& shm, std::vector<at::Tensor> tensors, OnDevice device,
+                   OnHost host) {
+  if (!tensors[0].is_cuda()) {
+    host(tensors);
+    return;
+  }
   if (DeviceCollectives* path = shm.deviceFor(tensors)) {
     auto ticket = path->submit(tensors);
     auto done = DummyWork::completed(shm.rank(), c10d::OpType::UNKNOWN, nullptr, {});
@@ -110,11 +116,7 @@ Pending InHostLevel::allgather(
   return post(
       ctx, stepOf(CollectiveKind::kAllgatherBase, input, nullptr, -1), step,
       [output, input](ShmLowering& shm, const OpContext& call) mutable {
-        if (!output.is_cuda()) {
-          shm.allgatherInto(call, input, output);
-          return;
-        }
-        onDevice(
+        whereTheyLive(
             shm, {output, input},
             [&](DeviceCollectives& d, Transport& t) { d.allgatherBase(t, output, input); },
             [&](std::vector<at::Tensor>& h) { shm.allgatherInto(call, h[1], h[0]); });
@@ -139,19 +141,13 @@ Pending InHostLevel::reduceScatter(
   return post(
       ctx, stepOf(CollectiveKind::kReduceScatterBase, input, &spec, -1), Step::kFollowing,
       [output, input, spec](ShmLowering& shm, const OpContext& call) mutable {
-        auto onHost = [&](std::vector<at::Tensor>& h) {
-          std::vector<at::Tensor> outputs{h[0]};
-          shm.reduceScatterTensors(call, {h[1]}, outputs, {spec});
-        };
-        if (!output.is_cuda()) {
-          std::vector<at::Tensor> both{output, input};
-          onHost(both);
-          return;
-        }
-        onDevice(
+        whereTheyLive(
             shm, {output, input},
             [&](DeviceCollectives& d, Transport& t) { d.reduceScatterBase(t, output, input, spec); },
-            onHost);
+            [&](std::vector<at::Tensor>& h) {
+              std::vector<at::Tensor> outputs{h[0]};
+              shm.reduceScatterTensors(call, {h[1]}, outputs, {spec});
+            });
       });
 }
 
@@ -159,11 +155,7 @@ Pending InHostLevel::broadcast(const OpContext& ctx, at::Tensor data, int root) 
   return post(
       ctx, stepOf(CollectiveKind::kBroadcast, data, nullptr, root), Step::kFollowing,
       [data, root](ShmLowering& shm, const OpContext& call) mutable {
-        if (!data.is_cuda()) {
-          shm.broadcast(call, data, root);
-          return;
-        }
-        onDevice(
+        whereTheyLive(
             shm, {data}, [&](DeviceCollectives& d, Transport& t) { d.broadcast(t, data, root); },
             [&](std::vector<at::Tensor>& h) { shm.broadcast(call, h[0], root); });
       });
@@ -174,12 +166,8 @@ Pending InHostLevel::reduce(
   return post(
       ctx, stepOf(CollectiveKind::kReduce, data, &spec, root), Step::kFollowing,
       [data, root, spec](ShmLowering& shm, const OpContext& call) mutable {
-        if (!data.is_cuda()) {
-          shm.reduce(call, data, spec, root);
-          return;
-        }
-        // The device path has no reduce: every local rank receives the sum.
-        onDevice(
+        // The device path has no reduce: there every local rank receives the sum.
+        whereTheyLive(
             shm, {data}, [&](DeviceCollectives& d, Transport& t) { d.allreduce(t, data, spec); },
             [&](std::vector<at::Tensor>& h) { shm.reduce(call, h[0], spec, root); });
       });

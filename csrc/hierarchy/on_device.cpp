@@ -50,8 +50,7 @@ void allreduceThroughLeadersOnDevice(
     levels.host.reduce(ctx, flat, 0, hostSpec(spec))();
   }
   if (levels.leader()) {
-    waitForDevice(flat);
-    allreduceInSegmentsOnLinks(levels, ctx, flat, spec);
+    allreduceInSegmentsOnLinks(levels, ctx, flat, spec); // waits for the device first
   }
   if (!hostOfOne) {
     levels.host.broadcast(ctx, flat, 0)();
@@ -62,6 +61,9 @@ void allreduceThroughLeadersOnDevice(
 
 void allreduceOnDeviceData(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec) {
+  if (flat.numel() == 0) { // every rank's size was agreed
+    return;
+  }
   // An in-host step may run on another thread, whose stream orders nothing this one queued.
   waitForDevice(flat);
   if (levels.topology.uniform() && levels.host.size() > 1) {
@@ -77,7 +79,10 @@ void allreduceOnDeviceData(
 void broadcastOnDeviceData(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, int root) {
   debug_log::note("where the tensor lives, along a chain of the leaders");
-  waitForDevice(flat);
+  if (flat.numel() == 0) {
+    return;
+  }
+  waitForDevice(flat); // in-host steps return complete: the one wait before the links read it
   const Topology& topology = levels.topology;
   const int rootHost = topology.hostOf(root);
   const bool onRootHost = topology.host() == rootHost;
@@ -85,13 +90,7 @@ void broadcastOnDeviceData(
     levels.host.broadcast(ctx, flat, topology.localRankOf(root))();
   }
   if (levels.leader()) {
-    const InterHostEngine& leaders = *levels.rail; // the leaders' rail lists hosts in order
-    const int H = leaders.size();
-    const int place = (leaders.rank() - rootHost + H) % H;
-    const int prev = place > 0 ? (leaders.rank() - 1 + H) % H : -1;
-    const int next = place < H - 1 ? (leaders.rank() + 1) % H : -1;
-    waitForDevice(flat);
-    leaders.wait(leaders.relayOnLinks(prev, next, flat), ctx);
+    broadcastAlongChain(*levels.rail, ctx, flat, rootHost); // the leaders' rail: hosts in order
   }
   if (!onRootHost && levels.host.size() > 1) {
     levels.host.broadcast(ctx, flat, 0)();
@@ -102,9 +101,7 @@ void allreduceOnDevice(
     const Levels& levels, const OpContext& ctx, at::Tensor& data, const ReduceSpec& spec) {
   agree(levels, ctx);
   at::Tensor flat = data.view(-1);
-  if (flat.numel() > 0) { // every rank's size was agreed
-    allreduceOnDeviceData(levels, ctx, flat, spec);
-  }
+  allreduceOnDeviceData(levels, ctx, flat, spec);
 }
 
 void broadcastOnDevice(const Levels& levels, const OpContext& ctx, at::Tensor& data, int root) {
@@ -113,9 +110,7 @@ void broadcastOnDevice(const Levels& levels, const OpContext& ctx, at::Tensor& d
     levels.rail->wait(agreed.announced, ctx);
   }
   at::Tensor flat = bytesOf(data);
-  if (flat.numel() > 0) {
-    broadcastOnDeviceData(levels, ctx, flat, root);
-  }
+  broadcastOnDeviceData(levels, ctx, flat, root);
 }
 
 void allgatherOnDevice(

@@ -37,10 +37,16 @@ void allreduceInSegmentsOnLinks(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec);
 
 // The device algorithms (on_device.cpp), after the agreement: allreduce:device and
-// broadcast:device; allgather:device is allgatherThroughLeaders on any layout.
+// broadcast:device (nothing moves for an empty tensor); allgather:device is
+// allgatherThroughLeaders on any layout.
 void allreduceOnDeviceData(
     const Levels& levels, const OpContext& ctx, at::Tensor& flat, const ReduceSpec& spec);
 void broadcastOnDeviceData(const Levels& levels, const OpContext& ctx, at::Tensor& flat, int root);
+
+// The members of `rail` pass `flat` along a chain of them from member `rootHost`'s, each passing
+// it on as it lands (on the links): broadcast:chain (broadcast.cpp), broadcast:device's stage.
+void broadcastAlongChain(
+    const InterHostEngine& rail, const OpContext& ctx, at::Tensor& flat, int rootHost);
 
 // broadcast:pipeline (broadcast_pipeline.cpp), once the root's record was checked; `flat`: the
 // data's bytes.

@@ -364,9 +364,7 @@ void TwoLevelLowering::run(OpContext& call, const std::function<void()>& collect
 }
 
 DeviceCollectives* TwoLevelLowering::deviceFor(const std::vector<at::Tensor>& tensors) {
-  const bool takes = !tensors.empty() && tensors[0].is_cuda() && device_->accepts(tensors) &&
-      device_->groupTakes();
-  return takes ? device_.get() : nullptr;
+  return device_->accepts(tensors) && device_->groupTakes() ? device_.get() : nullptr;
 }
 
 void TwoLevelLowering::runOnDevice(

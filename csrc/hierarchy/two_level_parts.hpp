@@ -179,6 +179,24 @@ inline void placeByRank(
   }
 }
 
+// The same from a tensor in any memory: memcpy for host memory, copies queued on the current
+// stream for device memory.
+inline void placeByRank(
+    const Topology& topology, const at::Tensor& hostOrdered, at::Tensor& out, int64_t bytes) {
+  if (hostOrdered.is_cpu()) {
+    placeByRank(topology, bytePtr(hostOrdered), out, bytes);
+    return;
+  }
+  at::Tensor outBytes = bytesOf(out);
+  int64_t at = 0;
+  for (int h = 0; h < topology.hostCount(); ++h) {
+    for (const int rank : topology.ranksOn(h)) {
+      outBytes.narrow(0, rank * bytes, bytes).copy_(hostOrdered.narrow(0, at, bytes));
+      at += bytes;
+    }
+  }
+}
+
 // Whether ranks are numbered host by host (each host's ranks in a row, hosts in order): every
 // host's inputs are then one block of the output, in place.
 inline bool hostOrderIsRankOrder(const Topology& topology) {
