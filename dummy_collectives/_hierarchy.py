@@ -89,8 +89,9 @@ def create(
         rail = _gloo(rail_store, members.index(rank), len(members), timeout, lazy=False)
     everyone_store = dist.PrefixStore(f"{_PREFIX}everyone/", store)
     everyone = _gloo(everyone_store, rank, size, timeout, lazy=True)
-    # The leaders time the link on connections of their own, closed after (link_probe.hpp):
-    # bulk traffic both ways left the rail's TCP connection slower for small broadcasts after.
+    # The leaders time the link on connections of their own, closed after
+    # (csrc/inter_host/link_probe.hpp): bulk traffic both ways left the rail's TCP connection
+    # slower for small broadcasts after.
     # Lazy: nothing connects where nothing is measured (two hosts of one rank, or
     # inter_host_min_chunk_bytes set on hosts of several).
     link_probe = None

@@ -236,8 +236,8 @@ Bytes Agreement::finish() {
     }
     const int otherForm = InterHostEngine::otherFormFrom(exchange_);
     if (otherForm >= 0) {
-      // A broadcast's one-way record met this exchange (peer_links.hpp): its host is done or
-      // waits for nobody, so only failing the group tells everyone.
+      // A broadcast's one-way record met this exchange (inter_host/peer_links.hpp): its host is
+      // done or waits for nobody, so only failing the group tells everyone.
       const Header other = readHeader(leaderRecords_, offsets[otherForm]);
       levels_.health.fail(
           ctx_.describe(),
@@ -315,7 +315,7 @@ struct Judgement {
   std::string mismatch;
   bool groupFails = false;
 };
-// `otherForm`: what arrived is an exchange's record (peer_links.hpp), not a one-way one.
+// `otherForm`: what arrived is an exchange's record (inter_host/peer_links.hpp), not a one-way one.
 Judgement judge(const Levels& levels, const OpContext& ctx, const HostVerdict& host,
                 const Header& root, size_t capacity, bool otherForm) {
   const Topology& topology = levels.topology;

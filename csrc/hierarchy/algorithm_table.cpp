@@ -6,7 +6,7 @@
 #include <c10/util/StringUtil.h>
 
 #include "hierarchy/levels.hpp"
-#include "hierarchy/link_probe.hpp"
+#include "inter_host/link_probe.hpp"
 
 namespace dummy_collectives::hierarchy {
 namespace {
@@ -32,7 +32,8 @@ void sizeRecords(HierarchySettings& settings, const GroupLayout& layout) {
   }
   // Three or more hosts of one rank choose between records and gloo's ring by the link's rate.
   const bool recordsOrRing = layout.oneRankPerHost && layout.hosts > 2;
-  const bool slow = recordsOrRing && settings.linkGbitPerSecond * 1e9 < kSlowLinkBitsPerSecond;
+  const bool slow = recordsOrRing &&
+      settings.linkGbitPerSecond * 1e9 < inter_host::kSlowLinkBitsPerSecond;
   if (slow) {
     settings.allreduceInlineBytes = kSlowLinkRecordBytes;
     settings.engineAllreduceMinBytes = 0;

@@ -69,7 +69,7 @@ void whereTheyLive(ShmLowering& shm, std::vector<at::Tensor> tensors, OnDevice d
 
 } // namespace
 
-InHostLevel::InHostLevel(std::shared_ptr<ShmLowering> shm, GroupHealth& health)
+InHostLevel::InHostLevel(std::shared_ptr<ShmLowering> shm, inter_host::GroupHealth& health)
     : shm_(std::move(shm)), health_(health), engine_(std::make_shared<Engine>(Engine::Timing{})) {}
 
 InHostLevel::~InHostLevel() = default;

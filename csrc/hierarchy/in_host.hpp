@@ -4,7 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "hierarchy/group_health.hpp"
+#include "inter_host/group_health.hpp"
 #include "hierarchy/pipeline.hpp"
 #include <dummy_collectives/op_context.hpp>
 #include <dummy_collectives/reduce_ops.hpp>
@@ -27,7 +27,7 @@ namespace dummy_collectives::hierarchy {
 // returns.
 class InHostLevel {
  public:
-  InHostLevel(std::shared_ptr<ShmLowering> shm, GroupHealth& health);
+  InHostLevel(std::shared_ptr<ShmLowering> shm, inter_host::GroupHealth& health);
   ~InHostLevel(); // runs what is still queued, then stops the engine
 
   int rank() const {
@@ -67,7 +67,7 @@ class InHostLevel {
   Pending post(const OpContext& ctx, OpDescriptor op, Step step, Steps steps);
 
   std::shared_ptr<ShmLowering> shm_;
-  GroupHealth& health_;
+  inter_host::GroupHealth& health_;
   std::shared_ptr<Engine> engine_;
   uint64_t seq_ = 0; // the host's collectives so far; every local rank counts the same
 };

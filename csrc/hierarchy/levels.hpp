@@ -5,12 +5,21 @@
 #include <optional>
 
 #include "hierarchy/algorithm_table.hpp"
-#include "hierarchy/group_health.hpp"
 #include "hierarchy/in_host.hpp"
-#include "hierarchy/inter_host.hpp"
-#include "hierarchy/topology.hpp"
+#include "inter_host/engine.hpp"
+#include "inter_host/group_health.hpp"
+#include "inter_host/topology.hpp"
 
 namespace dummy_collectives::hierarchy {
+
+// What the algorithms use of the cross-host engine (csrc/inter_host/) throughout; its other
+// names are written qualified where they are used (inter_host::PeerLinks).
+using inter_host::bytesOf;
+using inter_host::copiesOf;
+using inter_host::copyUnlessSame;
+using inter_host::GroupHealth;
+using inter_host::InterHostEngine;
+using inter_host::Topology;
 
 // Settings every rank of a group that spans hosts shares (checked at group creation).
 struct HierarchySettings {
@@ -20,12 +29,12 @@ struct HierarchySettings {
   // the previous piece's cross-host stage.
   size_t chunkBytes; // BackendOptions::interHostChunkBytes
   // Chunks are at least this large where the message allows (inter_host_min_chunk_bytes, or
-  // what the link measured at creation says: link_probe.hpp).
+  // what the link measured at creation says: inter_host/link_probe.hpp).
   size_t minChunkBytes = 0;
   double linkGbitPerSecond = 0; // as measured at creation (0: not measured)
   // Allreduces beyond this many bytes ride no record (at most inlineBytes). Three or more hosts
-  // of one rank on a slow link (link_probe.hpp) lower it: a record carries the whole message to
-  // every other host, (H - 1) x N from each, where a ring sends 2(H - 1)/H x N.
+  // of one rank on a slow link (inter_host/link_probe.hpp) lower it: a record carries the whole
+  // message to every other host, (H - 1) x N from each, where a ring sends 2(H - 1)/H x N.
   size_t allreduceInlineBytes = SIZE_MAX;
   // Where set (those slow-link hosts): from this many bytes a whole message's allreduce is the
   // engine's own (gloo's ring) where it computes what dummy's kernels do; else the member count

@@ -22,7 +22,7 @@
 namespace dummy_collectives::hierarchy::two_level {
 
 // Pipelines cut a message into at least kMinChunks chunks of at least
-// inter_host_min_chunk_bytes (256 KiB on a slow link: link_probe.hpp), at most
+// inter_host_min_chunk_bytes (256 KiB on a slow link: inter_host/link_probe.hpp), at most
 // inter_host_chunk_bytes each: on a link slower than memory the in-host stages of one chunk then
 // hide behind the cross-host stage of another, and only the first chunk's reduce-scatter and the
 // last one's all-gather are exposed; large messages keep large chunks, fewer operations on the

@@ -9,7 +9,7 @@
 
 #include <dummy_collectives/debug_log.hpp>
 #include "hierarchy/cross_host_device.hpp"
-#include "hierarchy/link_probe.hpp"
+#include "inter_host/link_probe.hpp"
 #include "hierarchy/two_level.hpp"
 #include "shm/shm_lowering.hpp"
 
@@ -63,8 +63,8 @@ void TwoLevelLowering::logCreation(int me) const {
                             : c10::str(" (the link between hosts measured ",
                                        levels_->settings.linkGbitPerSecond, " Gbit/s at "
                                        "creation: chunks as small as ",
-                                       bytes(kSlowLinkMinChunkBytes), " below ",
-                                       kSlowLinkBitsPerSecond / 1e9, " Gbit/s)"),
+                                       bytes(inter_host::kSlowLinkMinChunkBytes), " below ",
+                                       inter_host::kSlowLinkBitsPerSecond / 1e9, " Gbit/s)"),
                         linksBetweenHosts()
                             ? c10::str(", each chunk's cross-host stage on ",
                                        topology_.uniform() ? "this rail's" : "the leaders'",
@@ -74,13 +74,14 @@ void TwoLevelLowering::logCreation(int me) const {
     DC_LOG(kInfo, me, "cross-host plan: the link between hosts measured ",
            levels_->settings.linkGbitPerSecond, " Gbit/s at creation: ",
            levels_->settings.engineAllreduceMinBytes
-               ? c10::str("below ", kSlowLinkBitsPerSecond / 1e9, " Gbit/s, allreduces beyond ",
+               ? c10::str("below ", inter_host::kSlowLinkBitsPerSecond / 1e9,
+                          " Gbit/s, allreduces beyond ",
                           bytes(levels_->settings.allreduceInlineBytes),
                           " ride no record and run gloo's own allreduce (its ring sends 2(H-1)/H "
                           "of the message from each host, a record all of it to every other "
                           "host), and broadcasts beyond ", bytes(levels_->settings.oneWayBytes),
                           " go along the chain of the hosts")
-               : c10::str("at least ", kSlowLinkBitsPerSecond / 1e9,
+               : c10::str("at least ", inter_host::kSlowLinkBitsPerSecond / 1e9,
                           " Gbit/s, allreduce records as large as the others"));
   }
   for (const std::string& line : levels_->algorithms.describe()) {

@@ -20,9 +20,9 @@
 #include "hierarchy/cross_host_device.hpp"
 #include "hierarchy/cross_host_p2p.hpp"
 #include "hierarchy/in_host.hpp"
-#include "hierarchy/links_choice.hpp"
+#include "inter_host/links_choice.hpp"
 #include "shm/wait_policy.hpp"
-#include "hierarchy/link_probe.hpp"
+#include "inter_host/link_probe.hpp"
 #include "hierarchy/two_level.hpp"
 #include "c10d/local_error.hpp"
 #include "c10d/this_process.hpp"
@@ -161,7 +161,7 @@ TwoLevelLowering::TwoLevelLowering(
       debug_log::Site{rank, &options_->group_name, false});
   // A rank that gives up tells its host (shared memory) and hangs up its links, so a peer
   // reading a record it sent before knows (agreement.cpp).
-  auto hangUp = std::make_shared<LinkHangUp>();
+  auto hangUp = std::make_shared<inter_host::LinkHangUp>();
   health_ = std::make_unique<GroupHealth>(
       store,
       [shm = hostShm_.get(), hangUp](const std::string& reason) {
@@ -175,7 +175,7 @@ TwoLevelLowering::TwoLevelLowering(
       /*watch=*/topology_.localRank() == 0,
       topology_.hostCount());
   host_ = std::make_unique<InHostLevel>(hostShm_, *health_);
-  links_ = LinksChoice::decide(*options_, topology_, *store);
+  links_ = inter_host::LinksChoice::decide(*options_, topology_, *store);
   const bool needsRail = topology_.uniform() || topology_.localRank() == 0;
   TORCH_CHECK(
       needsRail == static_cast<bool>(rail),
@@ -194,7 +194,7 @@ TwoLevelLowering::TwoLevelLowering(
       // to completion on this thread (pipeline.hpp, a blocking stage). One rank per host runs
       // one engine operation at a time (no pipeline): all its data goes on the links.
       const int railIndex = topology_.uniform() ? topology_.localRank() : 0;
-      std::unique_ptr<PeerLinks> links;
+      std::unique_ptr<inter_host::PeerLinks> links;
       try {
         // The host's waits' policy (wait_policy.hpp): poll a while where ranks have a core
         // each. Until the host's first exchange decides (a host of one rank never has one):
@@ -206,16 +206,17 @@ TwoLevelLowering::TwoLevelLowering(
                                   /*hostLevel=*/true)
               .spin;
         };
-        links = makeLinks(links_, store, topology_, railIndex, options_->timeout, hangUp,
-                          pollFor);
+        links = inter_host::makeLinks(links_, store, topology_, railIndex, options_->timeout,
+                                      hangUp, pollFor);
       } catch (const std::exception& e) {
         C10_THROW_ERROR(DistBackendError,
                         c10::str("dummy_collectives: rank ", rank, " (",
-                                 topology_.describeHost(topology_.host()), "): ", errorText(e),
+                                 topology_.describeHost(topology_.host()),
+                                 "): ", inter_host::errorText(e),
                                  " (DUMMY_COLLECTIVES_INTER_HOST=gloo sends everything "
                                  "between hosts through gloo)"));
       }
-      linksText_ = describeLinks(*links);
+      linksText_ = inter_host::describeLinks(*links);
       rail_->useLinks(std::move(links), /*carryData=*/topology_.oneRankPerHost());
     }
   }
@@ -238,8 +239,8 @@ TwoLevelLowering::TwoLevelLowering(
     TORCH_CHECK(
         (topology_.localRank() == 0) == static_cast<bool>(linkProbe), "dummy_collectives: rank ",
         rank, topology_.localRank() == 0 ? " needs" : " takes no", " link probe group");
-    const LinkVerdict link =
-        chooseMinChunkBytes(topology_, linkProbe.get(), *store, settings.chunkBytes);
+    const inter_host::LinkVerdict link =
+        inter_host::chooseMinChunkBytes(topology_, linkProbe.get(), *store, settings.chunkBytes);
     settings.minChunkBytes = link.minChunkBytes;
     settings.linkGbitPerSecond = link.gbitPerSecond;
   }

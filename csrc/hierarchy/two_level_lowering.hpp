@@ -11,7 +11,7 @@
 #include <dummy_collectives/arrival.hpp>
 #include <dummy_collectives/fault_injection.hpp>
 #include "hierarchy/levels.hpp"
-#include "hierarchy/links_choice.hpp"
+#include "inter_host/links_choice.hpp"
 #include <dummy_collectives/lowering.hpp>
 #include <dummy_collectives/options.hpp>
 
@@ -39,8 +39,8 @@ class TwoLevelLowering final : public Lowering {
       int ranksOnMachine,
       c10::intrusive_ptr<c10d::Backend> rail,
       c10::intrusive_ptr<c10d::Backend> everyone,
-      // The leaders' own gloo group for link_probe.hpp (a leader's, where a host runs several
-      // ranks; else null), dropped once it has measured.
+      // The leaders' own gloo group for inter_host/link_probe.hpp (a leader's, where a host runs
+      // several ranks; else null), dropped once it has measured.
       c10::intrusive_ptr<c10d::Backend> linkProbe);
   ~TwoLevelLowering() override;
 
@@ -89,7 +89,7 @@ class TwoLevelLowering final : public Lowering {
     return topology_.hostOf(peer) == topology_.host();
   }
   // Whether the hosts' leaders carry the agreement's records on links of their own
-  // (links_choice.hpp).
+  // (inter_host/links_choice.hpp).
   bool linksBetweenHosts() const;
   // The group ranks this rank can see to have died: its host's (shared memory). Another
   // host's ranks are for that host's ranks to see.
@@ -103,7 +103,7 @@ class TwoLevelLowering final : public Lowering {
   std::shared_ptr<ShmLowering> hostShm_;
   std::unique_ptr<GroupHealth> health_;
   std::unique_ptr<InHostLevel> host_;
-  LinksChoice links_;
+  inter_host::LinksChoice links_;
   std::string linksText_; // what this rank's links run on, where it has some
   std::unique_ptr<InterHostEngine> rail_;     // null: see the constructor
   std::unique_ptr<InterHostEngine> everyone_;

@@ -36,7 +36,7 @@ inline std::byte* bytePtr(const at::Tensor& t) {
 // `data` (contiguous) zero-padded to `numel` elements. memcpy and memset, not ATen's zeros and
 // copy_: ATen parallelizes large fills and copies with OpenMP, whose threads then spin for a
 // while; where ranks share cores (torchrun leaves OMP_NUM_THREADS unset for one rank per host)
-// that starved gloo's network thread (inter_host.cpp, copiesOf).
+// that starved gloo's network thread (inter_host/engine.cpp, copiesOf).
 inline at::Tensor paddedCopy(const at::Tensor& data, int64_t numel) {
   at::Tensor padded = at::empty({numel}, data.options());
   const size_t bytes = static_cast<size_t>(data.numel()) * data.element_size();

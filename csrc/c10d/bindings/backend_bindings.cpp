@@ -6,6 +6,7 @@
 
 #include <dummy_collectives/backend.hpp>
 #include "hierarchy/two_level_lowering.hpp"
+#include "inter_host/topology.hpp"
 #include "shm/shm_lowering.hpp"
 
 #include "c10d/bindings/bindings.hpp"
@@ -68,7 +69,7 @@ void bindBackends(py::module_& m) {
   using dummy_collectives::Placement;
   using dummy_collectives::Lowering;
   using dummy_collectives::ShmLowering;
-  using dummy_collectives::hierarchy::Topology;
+  using dummy_collectives::inter_host::Topology;
   using dummy_collectives::hierarchy::TwoLevelLowering;
   py::class_<DummyBackend, c10d::Backend, c10::intrusive_ptr<DummyBackend>>(
       m,

@@ -8,9 +8,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "hierarchy/ucx_links.hpp"
+#include "inter_host/ucx_links.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 // A posted send or receive. `keep` holds the memory UCX reads or writes until it is done; set
 // before posting, it also tells UCX which memory that is (host or CUDA).
@@ -72,4 +72,4 @@ void postExpected(UcxLinks::Request& request, ucp_worker_h worker, void* data, s
                   uint64_t tag, uint64_t mask);
 
 } // namespace ucx_wire
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -1,10 +1,10 @@
-#include "hierarchy/ucx_wire.hpp"
+#include "inter_host/ucx_wire.hpp"
 
 #include <algorithm>
 
 #include "ucx/ucx_api.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 void UcxLinks::Request::posted(ucs_status_ptr_t result, const ucp_tag_recv_info_t& immediate) {
   if (UCS_PTR_IS_PTR(result)) {
@@ -109,4 +109,4 @@ void postExpected(UcxLinks::Request& request, ucp_worker_h worker, void* data, s
 }
 
 } // namespace ucx_wire
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

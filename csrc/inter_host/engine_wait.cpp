@@ -1,6 +1,6 @@
 // The cross-host failure model: how a rank waits for an operation of the engine between hosts
 // (InterHostEngine::wait), and what it says when the wait ends without it.
-#include "hierarchy/inter_host.hpp"
+#include "inter_host/engine.hpp"
 
 #include <condition_variable>
 #include <mutex>
@@ -10,7 +10,7 @@
 
 #include "hierarchy/agreement.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -269,7 +269,7 @@ std::optional<std::string> InterHostEngine::stuckCallMismatch(
   if (calls.size() == 1) {
     return std::nullopt;
   }
-  return differentCalls(topology_, std::move(calls));
+  return hierarchy::differentCalls(topology_, std::move(calls));
 }
 
 namespace {
@@ -328,4 +328,4 @@ std::string InterHostEngine::describeFailure(
       " (its process or host died, or the network failed; nobody reported a cause): ", what);
 }
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

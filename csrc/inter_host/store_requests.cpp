@@ -1,6 +1,6 @@
-#include "hierarchy/store_requests.hpp"
+#include "inter_host/store_requests.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 struct StoreRequests::Queue {
   c10::intrusive_ptr<c10d::Store> store;
@@ -79,4 +79,4 @@ StoreRequests::Clock::duration StoreRequests::silentFor() const {
   return Clock::now() - queue_->tasks.front().second;
 }
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -1,13 +1,13 @@
 // The engine between hosts: its byte-level operations, on the links or through the engine
-// (waiting for them, and failing well: inter_host_wait.cpp).
-#include "hierarchy/inter_host.hpp"
+// (waiting for them, and failing well: engine_wait.cpp).
+#include "inter_host/engine.hpp"
 
 #include <cstring>
 
 #include <ATen/ATen.h>
 #include <c10/util/StringUtil.h>
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 at::Tensor bytesOf(const at::Tensor& tensor) {
   return tensor.reshape(-1).view(at::kByte);
@@ -283,4 +283,4 @@ std::vector<int> InterHostEngine::endedAfterRecord(const c10::intrusive_ptr<c10d
   return ranks;
 }
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

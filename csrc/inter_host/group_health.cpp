@@ -1,4 +1,4 @@
-#include "hierarchy/group_health.hpp"
+#include "inter_host/group_health.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/exception.h>
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 namespace {
 
 const char* const kFailureKey = "dummy_collectives/failure";
@@ -361,4 +361,4 @@ StoreRequests::Reply<GroupHealth::ToldCalls> GroupHealth::toldCalls(
   });
 }
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -1,13 +1,13 @@
-#include "hierarchy/links_choice.hpp"
+#include "inter_host/links_choice.hpp"
 
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/exception.h>
 
-#include "hierarchy/ucx_links.hpp"
+#include "inter_host/ucx_links.hpp"
 #include "ucx/ucx_api.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 namespace {
 
 std::string loadsKey(int host) {
@@ -65,4 +65,4 @@ std::string describeLinks(const PeerLinks& links) {
   return onUcx != nullptr ? onUcx->describe() : "links of an unknown engine";
 }
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -8,10 +8,10 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <dummy_collectives/options.hpp>
-#include "hierarchy/peer_links.hpp"
-#include "hierarchy/topology.hpp"
+#include "inter_host/peer_links.hpp"
+#include "inter_host/topology.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 // What carries the agreement's records (and, one rank per host, the data) between hosts: links
 // of the hosts' leaders (peer_links.hpp) on an engine, or nothing (gloo carries everything).
@@ -48,4 +48,4 @@ std::unique_ptr<PeerLinks> makeLinks(
 // "UCX 1.22.0 (...), tcp/eth0": what the links run on.
 std::string describeLinks(const PeerLinks& links);
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 // Which ranks of a group share a host (found at group creation, dummy_collectives/topology.py):
 // ranks on one host share memory; hosts reach each other only through a cross-host engine.
@@ -79,4 +79,4 @@ class Topology {
   bool uniform_;
 };
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -1,11 +1,11 @@
-#include "hierarchy/topology.hpp"
+#include "inter_host/topology.hpp"
 
 #include <algorithm>
 
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 Topology::Topology(
     int rank,
@@ -89,4 +89,4 @@ int Topology::hostAt(const std::string& address) const {
   return found;
 }
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

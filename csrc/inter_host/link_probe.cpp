@@ -1,4 +1,4 @@
-#include "hierarchy/link_probe.hpp"
+#include "inter_host/link_probe.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/StringUtil.h>
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 namespace {
 
 // 4 MiB: long enough on a 1 Gbit/s link (about 34 ms a step) that a slow link cannot pass for
@@ -73,4 +73,4 @@ LinkVerdict chooseMinChunkBytes(
   return verdict;
 }
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -12,10 +12,10 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "hierarchy/peer_links.hpp"
+#include "inter_host/peer_links.hpp"
 #include "ucx/ucx_worker.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 // The links on UCX (PeerLinks, peer_links.hpp): tagged messages on a worker of their own,
 // progressed by the thread that waits. UCX chooses the transport (RDMA where the cluster's UCX
@@ -102,4 +102,4 @@ class UcxLinks final : public PeerLinks {
   bool busy_ = false;
 };
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -15,9 +15,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <dummy_collectives/op_descriptor.hpp>
-#include "hierarchy/store_requests.hpp"
+#include "inter_host/store_requests.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 // Whether a group that spans hosts can still be used, and why not, agreed by every rank.
 //
@@ -185,4 +185,4 @@ class GroupHealth {
 // prefixes to its messages ("[.../gloo/transport/tcp/pair.cc:534] ").
 std::string errorText(const std::exception& e);
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -8,12 +8,12 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
-#include "hierarchy/group_health.hpp"
-#include "hierarchy/peer_links.hpp"
+#include "inter_host/group_health.hpp"
+#include "inter_host/peer_links.hpp"
 #include <dummy_collectives/op_context.hpp>
-#include "hierarchy/topology.hpp"
+#include "inter_host/topology.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 // The level between hosts: an existing engine (gloo for CPU tensors) over some ranks of the
 // group, `members[i]` being the group rank of its rank i. Two-level algorithms move only bytes
@@ -216,4 +216,4 @@ at::Tensor copiesOf(const at::Tensor& bytes, int count);
 // memory; device memory's copy is queued on the current stream.
 void copyUnlessSame(const at::Tensor& to, const at::Tensor& from);
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -5,9 +5,9 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "hierarchy/topology.hpp"
+#include "inter_host/topology.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 // The least chunk size of the group's pipelines, where inter_host_min_chunk_bytes is auto (-1),
 // from the link between hosts as measured once, at group creation.
@@ -40,4 +40,4 @@ LinkVerdict chooseMinChunkBytes(
 constexpr double kSlowLinkBitsPerSecond = 1.5e9;
 constexpr size_t kSlowLinkMinChunkBytes = size_t{256} << 10;
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

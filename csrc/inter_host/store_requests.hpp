@@ -14,7 +14,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
 // Requests to a group's store that never hold their caller past a deadline.
 //
@@ -130,4 +130,4 @@ class StoreRequests {
   std::shared_ptr<Queue> queue_;
 };
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

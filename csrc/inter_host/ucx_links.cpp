@@ -1,4 +1,4 @@
-#include "hierarchy/ucx_links.hpp"
+#include "inter_host/ucx_links.hpp"
 
 #include <algorithm>
 
@@ -7,11 +7,11 @@
 #include <c10/util/StringUtil.h>
 #include <dummy_collectives/debug_log.hpp>
 
-#include "hierarchy/ucx_wire.hpp"
+#include "inter_host/ucx_wire.hpp"
 #include "shm/wait_policy.hpp"
 #include "ucx/ucx_api.hpp"
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -528,4 +528,4 @@ void UcxLinks::lost(int member, const std::string& why) const {
                  member);
 }
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host

@@ -13,9 +13,9 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-namespace dummy_collectives::hierarchy {
+namespace dummy_collectives::inter_host {
 
-// The engine under a cross-host level's own operations (inter_host.hpp): framed messages between
+// The engine under a cross-host level's own operations (engine.hpp): framed messages between
 // the level's members (the hosts' leaders, or a rail), moved by the thread that waits, with no
 // hand-off to another thread. What the agreement and the algorithms ask of it:
 // - a message is a frame of a kind; a receive takes one frame from its peer into a slot, and a
@@ -145,4 +145,4 @@ class LinkHangUp {
   bool hungUp_ = false;                          // guarded by mu_
 };
 
-} // namespace dummy_collectives::hierarchy
+} // namespace dummy_collectives::inter_host
