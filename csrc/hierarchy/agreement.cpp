@@ -65,12 +65,6 @@ std::string hostMismatch(const Topology& topology, const std::vector<Record>& lo
       ", on ", topology.describeHost(topology.host()), "); no data was exchanged:", calls);
 }
 
-std::string differentCallsMessage(const Topology& topology, const std::string& calls) {
-  return c10::str(
-      "dummy_collectives: ranks called different collectives (seen on rank ", topology.rank(),
-      ", across ", topology.hostCount(), " hosts); no data was exchanged:", calls);
-}
-
 // Empty if every host agreed on `op`; otherwise the message every rank raises.
 std::string groupMismatch(
     const Topology& topology, const OpDescriptor& op, const std::vector<Record>& hosts) {
@@ -91,7 +85,7 @@ std::string groupMismatch(
                        " called different collectives")
             : r.header.op.describe());
   }
-  return differentCallsMessage(topology, calls);
+  return inter_host::differentCallsMessage(topology, calls);
 }
 
 // Step 1 of either form (the same step, so ranks that called collectives of different forms
@@ -239,9 +233,9 @@ Bytes Agreement::finish() {
       // A broadcast's one-way record met this exchange (inter_host/peer_links.hpp): its host is
       // done or waits for nobody, so only failing the group tells everyone.
       const Header other = readHeader(leaderRecords_, offsets[otherForm]);
-      levels_.health.fail(
-          ctx_.describe(),
-          differentCalls(topology, {{other.writer, other.op}, {topology.rank(), ctx_.op}}));
+      levels_.health.fail(ctx_.describe(),
+                          inter_host::differentCalls(
+                              topology, {{other.writer, other.op}, {topology.rank(), ctx_.op}}));
     }
     failIfPeersMayHaveGivenUp(levels_, ctx_, exchange_, /*peersWaitedForUs=*/true);
     levels_.lastRecordSentNs = exchangeIssuedNs_;
@@ -286,17 +280,6 @@ Bytes Agreement::finish() {
   return result;
 }
 
-std::string differentCalls(
-    const Topology& topology, std::vector<std::pair<int, OpDescriptor>> calls) {
-  std::sort(calls.begin(), calls.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::string lines;
-  for (const auto& [rank, op] : calls) {
-    lines += c10::str("\n  ", topology.describeRank(rank), ": ", op.describe());
-  }
-  return differentCallsMessage(topology, lines);
-}
-
 namespace {
 
 // A buffer of the group's, at least `bytes` long, kept between collectives (a fresh one costs
@@ -323,7 +306,9 @@ Judgement judge(const Levels& levels, const OpContext& ctx, const HostVerdict& h
     return {hostMismatch(topology, host.local), true};
   }
   if (otherForm) {
-    return {differentCalls(topology, {{root.writer, root.op}, {topology.rank(), ctx.op}}), true};
+    return {inter_host::differentCalls(
+                topology, {{root.writer, root.op}, {topology.rank(), ctx.op}}),
+            true};
   }
   if (root.verdict == kHostDisagrees) {
     // Every rank of the root's host raises too: nobody moved data, the group stays usable.
@@ -335,7 +320,9 @@ Judgement judge(const Levels& levels, const OpContext& ctx, const HostVerdict& h
     return {groupMismatch(topology, ctx.op, hosts), false};
   }
   if (root.op != ctx.op || root.payloadBytes > capacity - kHeaderBytes) {
-    return {differentCalls(topology, {{root.writer, root.op}, {topology.rank(), ctx.op}}), true};
+    return {inter_host::differentCalls(
+                topology, {{root.writer, root.op}, {topology.rank(), ctx.op}}),
+            true};
   }
   return {};
 }

@@ -3,7 +3,6 @@
 #include <cstddef>
 #include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -95,11 +94,6 @@ OneWayAgreement agreeOneWay(
     ByteView payload,
     int root,
     const std::function<ByteView()>& rootsHostData = nullptr);
-
-// What every rank raises when ranks on different hosts called different collectives: each of
-// `calls` is a rank and the collective it called (listed in rank order).
-std::string differentCalls(
-    const Topology& topology, std::vector<std::pair<int, OpDescriptor>> calls);
 
 // The agreement in two halves, so that a large collective's first in-host stage overlaps the
 // leaders' exchange: the constructor runs step 1 and issues step 2, finish() completes steps 2

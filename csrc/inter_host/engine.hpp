@@ -3,6 +3,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -215,5 +216,14 @@ at::Tensor copiesOf(const at::Tensor& bytes, int count);
 // in-place call: a rank's input is its own part of the output). memcpy, as copiesOf, for host
 // memory; device memory's copy is queued on the current stream.
 void copyUnlessSame(const at::Tensor& to, const at::Tensor& from);
+
+// What every rank raises when ranks on different hosts called different collectives: each of
+// `calls` is a rank and the collective it called (listed in rank order). The engine's wait
+// raises it when the calls its peers told differ (compareStuckCalls); the agreement
+// (hierarchy/agreement.cpp) when the records do.
+std::string differentCalls(
+    const Topology& topology, std::vector<std::pair<int, OpDescriptor>> calls);
+// The same message around `calls` written already, a line each ("\n  rank 2 (...): ...").
+std::string differentCallsMessage(const Topology& topology, const std::string& calls);
 
 } // namespace dummy_collectives::inter_host

@@ -2,13 +2,12 @@
 // (InterHostEngine::wait), and what it says when the wait ends without it.
 #include "inter_host/engine.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 
 #include <ATen/core/ivalue.h>
 #include <c10/util/StringUtil.h>
-
-#include "hierarchy/agreement.hpp"
 
 namespace dummy_collectives::inter_host {
 namespace {
@@ -269,7 +268,7 @@ std::optional<std::string> InterHostEngine::stuckCallMismatch(
   if (calls.size() == 1) {
     return std::nullopt;
   }
-  return hierarchy::differentCalls(topology_, std::move(calls));
+  return differentCalls(topology_, std::move(calls));
 }
 
 namespace {
@@ -326,6 +325,23 @@ std::string InterHostEngine::describeFailure(
   return c10::str(
       "lost the cross-host connection to ", peer,
       " (its process or host died, or the network failed; nobody reported a cause): ", what);
+}
+
+std::string differentCallsMessage(const Topology& topology, const std::string& calls) {
+  return c10::str(
+      "dummy_collectives: ranks called different collectives (seen on rank ", topology.rank(),
+      ", across ", topology.hostCount(), " hosts); no data was exchanged:", calls);
+}
+
+std::string differentCalls(
+    const Topology& topology, std::vector<std::pair<int, OpDescriptor>> calls) {
+  std::sort(calls.begin(), calls.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string lines;
+  for (const auto& [rank, op] : calls) {
+    lines += c10::str("\n  ", topology.describeRank(rank), ": ", op.describe());
+  }
+  return differentCallsMessage(topology, lines);
 }
 
 } // namespace dummy_collectives::inter_host
