@@ -217,7 +217,10 @@ def test_teardown_removes_everything(body: str) -> None:
 
 
 SIGNAL_JOB = """
-import importlib.util, json, subprocess, sys, time
+import importlib.util, json, signal, subprocess, sys, time
+# SIGINT as a foreground start has it: a shell's background job starts with it ignored, which the
+# harness leaves alone.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 spec = importlib.util.spec_from_file_location("namespaced_hosts", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 sys.modules["namespaced_hosts"] = module
