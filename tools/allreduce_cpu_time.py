@@ -22,16 +22,9 @@ import time
 import torch
 import torch.distributed as dist
 
-import dummy_collectives  # noqa: F401  (registers "dummy")
+from dummy_collectives.perf import parse_size  # also registers "dummy"
 
-SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 BACKENDS = ("dummy", "gloo")
-
-
-def parse_size(text: str) -> int:
-    """'64M' -> 67108864."""
-    unit = SUFFIXES.get(text[-1:].upper(), 1)
-    return int(text[:-1] if unit > 1 else text) * unit
 
 
 def per_allreduce(
@@ -55,13 +48,13 @@ def per_allreduce(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="64M", help="message size in bytes, e.g. 4M")
+    parser.add_argument("--size", type=parse_size, default="64M", help="message size, e.g. 4M")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     groups = {name: dist.new_group(backend=name) for name in BACKENDS}
-    tensor = torch.ones(max(parse_size(args.size) // 4, 1))
+    tensor = torch.ones(max(args.size // 4, 1))
     times: list[float] = []  # per repeat, per backend: wall, CPU
     for repeat in range(args.repeats):
         order = BACKENDS if repeat % 2 == 0 else tuple(reversed(BACKENDS))
@@ -73,13 +66,14 @@ def main() -> None:
     dist.all_gather(everyone, mine, group=groups["gloo"])
     if dist.get_rank() == 0:
         for rank, values in enumerate(everyone):
+            # [repeat][backend] = (wall, CPU) in ms
+            table = (values.view(args.repeats, len(BACKENDS), 2) * 1e3).tolist()
             cells = []
             for b, name in enumerate(BACKENDS):
-                walls = [values[r * 4 + 2 * b].item() * 1e3 for r in range(args.repeats)]
-                cpus = [values[r * 4 + 2 * b + 1].item() * 1e3 for r in range(args.repeats)]
-                cells.append(f"{name} wall {', '.join(f'{w:.1f}' for w in walls)} ms, "
-                             f"CPU {', '.join(f'{c:.1f}' for c in cpus)} ms")  # fmt: skip
-            print(f"rank {rank}, {args.size} allreduce: " + "; ".join(cells), flush=True)
+                walls = ", ".join(f"{repeat[b][0]:.1f}" for repeat in table)
+                cpus = ", ".join(f"{repeat[b][1]:.1f}" for repeat in table)
+                cells.append(f"{name} wall {walls} ms, CPU {cpus} ms")
+            print(f"rank {rank}, {args.size} B allreduce: " + "; ".join(cells), flush=True)
     dist.destroy_process_group()
 
 
