@@ -15,14 +15,6 @@ import os
 import statistics
 import time
 
-SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """'64K' -> 65536."""
-    unit = SUFFIXES.get(text[-1:].upper(), 1)
-    return int(text[:-1] if unit > 1 else text) * unit
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -36,7 +28,7 @@ def main() -> None:
     import torch
     import torch.distributed as dist
 
-    import dummy_collectives  # noqa: F401  (registers "dummy")
+    from dummy_collectives.perf import parse_size  # also registers "dummy"
 
     dist.init_process_group(args.backend)
     for size in (parse_size(s) for s in args.sizes.split(",")):
